@@ -1,0 +1,222 @@
+//! How files are cut into chunks, which chunks a receiver holds, and the whole-file hash.
+
+use crate::ProtoError;
+
+/// Number of chunks of a file. An empty file is one empty chunk, so every file has at least one.
+pub fn chunk_count(size: u64, chunk_size: u32) -> u64 {
+    size.div_ceil(chunk_size as u64).max(1)
+}
+
+/// Offset and length of chunk `index`.
+pub fn chunk_range(size: u64, chunk_size: u32, index: u64) -> (u64, u32) {
+    let offset = index * chunk_size as u64;
+    let len = size.saturating_sub(offset).min(chunk_size as u64) as u32;
+    (offset, len)
+}
+
+/// BLAKE3 over the chunk hashes in index order, bound to the size: the file's identity.
+pub fn file_hash<'a>(size: u64, chunk_hashes: impl IntoIterator<Item = &'a [u8; 32]>) -> [u8; 32] {
+    let mut h = blake3::Hasher::new_derive_key("tern file hash v1");
+    h.update(&size.to_be_bytes());
+    for c in chunk_hashes {
+        h.update(c);
+    }
+    *h.finalize().as_bytes()
+}
+
+/// A set of chunk indices, as a bitmap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChunkSet {
+    bits: Vec<u64>,
+    len: u64,
+    count: u64,
+}
+
+impl ChunkSet {
+    pub fn new(len: u64) -> Self {
+        Self { bits: vec![0; len.div_ceil(64) as usize], len, count: 0 }
+    }
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+    pub fn is_full(&self) -> bool {
+        self.count == self.len
+    }
+    pub fn contains(&self, i: u64) -> bool {
+        i < self.len && self.bits[(i / 64) as usize] & (1 << (i % 64)) != 0
+    }
+    /// Adds `i`; returns false if it was already there.
+    pub fn insert(&mut self, i: u64) -> bool {
+        assert!(i < self.len, "chunk index {i} out of {}", self.len);
+        let word = &mut self.bits[(i / 64) as usize];
+        let mask = 1 << (i % 64);
+        if *word & mask != 0 {
+            return false;
+        }
+        *word |= mask;
+        self.count += 1;
+        true
+    }
+    pub fn remove(&mut self, i: u64) {
+        if self.contains(i) {
+            self.bits[(i / 64) as usize] &= !(1 << (i % 64));
+            self.count -= 1;
+        }
+    }
+    /// Runs of indices not in the set, as (start, count), each count ≤ `max_run`.
+    pub fn missing_ranges(&self, max_run: u32) -> Vec<(u64, u32)> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < self.len {
+            if self.contains(i) {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            while i < self.len && !self.contains(i) && i - start < max_run as u64 {
+                i += 1;
+            }
+            out.push((start, (i - start) as u32));
+        }
+        out
+    }
+}
+
+/// Checks that wanted ranges lie inside a file of `chunks` chunks and returns the total count.
+pub fn validate_ranges(ranges: &[(u64, u32)], chunks: u64) -> Result<u64, ProtoError> {
+    let mut total = 0u64;
+    for &(start, count) in ranges {
+        let end = start.checked_add(count as u64).ok_or(ProtoError::Invalid { what: "range", why: "overflow" })?;
+        if count == 0 || end > chunks {
+            return Err(ProtoError::Invalid { what: "range", why: "outside the file" });
+        }
+        total += count as u64;
+    }
+    Ok(total)
+}
+
+/// The receiver's view of one file being assembled from verified chunks.
+#[derive(Debug)]
+pub struct Assembly {
+    pub size: u64,
+    pub chunk_size: u32,
+    verified: ChunkSet,
+    hashes: Vec<[u8; 32]>,
+    expected: Option<[u8; 32]>,
+}
+
+/// Why an assembled file cannot be accepted.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AssemblyError {
+    #[error("chunk {index} hash does not match the data")]
+    ChunkMismatch { index: u64 },
+    #[error("whole-file hash does not match the source's")]
+    FileMismatch,
+    #[error("chunk index {index} out of range")]
+    OutOfRange { index: u64 },
+}
+
+impl Assembly {
+    pub fn new(size: u64, chunk_size: u32) -> Self {
+        let n = chunk_count(size, chunk_size);
+        Self { size, chunk_size, verified: ChunkSet::new(n), hashes: vec![[0; 32]; n as usize], expected: None }
+    }
+    pub fn chunks(&self) -> u64 {
+        self.verified.len()
+    }
+    pub fn verified(&self) -> &ChunkSet {
+        &self.verified
+    }
+    /// Records a chunk whose data hashed to `hash` (already compared with the sender's hash).
+    /// Returns false if it was already recorded (a duplicate delivery).
+    pub fn record(&mut self, index: u64, hash: [u8; 32]) -> Result<bool, AssemblyError> {
+        if index >= self.chunks() {
+            return Err(AssemblyError::OutOfRange { index });
+        }
+        self.hashes[index as usize] = hash;
+        Ok(self.verified.insert(index))
+    }
+    /// Forgets a chunk (its data turned out bad on re-read).
+    pub fn forget(&mut self, index: u64) {
+        self.verified.remove(index);
+    }
+    /// The sender's whole-file hash, from `FileEnd` (or the single chunk's hash).
+    pub fn set_expected(&mut self, hash: [u8; 32]) {
+        self.expected = Some(hash);
+    }
+    pub fn has_expected(&self) -> bool {
+        self.expected.is_some()
+    }
+    /// True when every chunk is verified and the sender's file hash is known.
+    pub fn is_ready(&self) -> bool {
+        self.verified.is_full() && self.expected.is_some()
+    }
+    pub fn hash_of(&self, index: u64) -> Option<&[u8; 32]> {
+        self.verified.contains(index).then(|| &self.hashes[index as usize])
+    }
+    /// Final check before the file may be renamed into place.
+    pub fn verify(&self) -> Result<(), AssemblyError> {
+        assert!(self.is_ready(), "verify called before every chunk arrived");
+        if Some(file_hash(self.size, &self.hashes)) == self.expected {
+            Ok(())
+        } else {
+            Err(AssemblyError::FileMismatch)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_math() {
+        assert_eq!(chunk_count(0, 4), 1);
+        assert_eq!(chunk_count(4, 4), 1);
+        assert_eq!(chunk_count(5, 4), 2);
+        assert_eq!(chunk_range(10, 4, 2), (8, 2));
+        assert_eq!(chunk_range(0, 4, 0), (0, 0));
+    }
+
+    #[test]
+    fn missing_ranges_split_runs() {
+        let mut s = ChunkSet::new(10);
+        s.insert(2);
+        s.insert(3);
+        s.insert(9);
+        assert_eq!(s.missing_ranges(100), vec![(0, 2), (4, 5)]);
+        assert_eq!(s.missing_ranges(2), vec![(0, 2), (4, 2), (6, 2), (8, 1)]);
+        assert!(!s.insert(2));
+        assert_eq!(s.count(), 3);
+    }
+
+    #[test]
+    fn assembly_accepts_only_matching_file_hash() {
+        let h = |b: u8| *blake3::hash(&[b]).as_bytes();
+        let mut a = Assembly::new(10, 4);
+        for i in 0..3 {
+            a.record(i, h(i as u8)).unwrap();
+        }
+        assert!(!a.is_ready());
+        a.set_expected(file_hash(10, &[h(0), h(1), h(2)]));
+        assert!(a.is_ready());
+        a.verify().unwrap();
+        a.record(1, h(9)).unwrap();
+        assert_eq!(a.verify(), Err(AssemblyError::FileMismatch));
+        assert!(a.record(3, h(0)).is_err());
+    }
+
+    #[test]
+    fn ranges_are_bounded() {
+        assert_eq!(validate_ranges(&[(0, 2), (5, 1)], 6), Ok(3));
+        assert!(validate_ranges(&[(5, 2)], 6).is_err());
+        assert!(validate_ranges(&[(u64::MAX, 2)], 6).is_err());
+        assert!(validate_ranges(&[(0, 0)], 6).is_err());
+    }
+}

@@ -1,0 +1,529 @@
+//! Control messages: one enum, one encoder, one decoder with bounds on every field.
+
+use crate::frame::encode_frame;
+use crate::path::validate_relative;
+use crate::wire::{Reader, Writer};
+use crate::{ProtoError, limits};
+
+/// Which end of the transfer an error belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Source,
+    Destination,
+    Network,
+}
+
+impl Side {
+    fn from_u8(v: u8) -> Result<Self, ProtoError> {
+        match v {
+            0 => Ok(Side::Source),
+            1 => Ok(Side::Destination),
+            2 => Ok(Side::Network),
+            _ => Err(ProtoError::Invalid { what: "side", why: "unknown value" }),
+        }
+    }
+    fn to_u8(self) -> u8 {
+        match self {
+            Side::Source => 0,
+            Side::Destination => 1,
+            Side::Network => 2,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Side::Source => "source",
+            Side::Destination => "destination",
+            Side::Network => "network",
+        }
+    }
+}
+
+/// What the server does in a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Sender,
+    Receiver,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    File,
+    Dir,
+    Symlink,
+}
+
+/// One item of the manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub id: u64,
+    pub kind: EntryKind,
+    /// Relative path, validated by [`validate_relative`].
+    pub path: Vec<u8>,
+    pub size: u64,
+    pub mode: u32,
+    pub mtime_s: i64,
+    pub mtime_ns: u32,
+    /// Symlink target, empty otherwise.
+    pub target: Vec<u8>,
+}
+
+/// Transfer options carried in `Open`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Options {
+    pub flags: u32,
+    pub chunk_size: u32,
+    pub streams: u16,
+}
+
+macro_rules! flag {
+    ($get:ident, $set:ident, $bit:expr) => {
+        pub fn $get(&self) -> bool {
+            self.flags & (1 << $bit) != 0
+        }
+        pub fn $set(&mut self, on: bool) {
+            if on {
+                self.flags |= 1 << $bit
+            } else {
+                self.flags &= !(1 << $bit)
+            }
+        }
+    };
+}
+
+impl Options {
+    flag!(preserve, set_preserve, 0);
+    flag!(sync, set_sync, 1);
+    flag!(checksum, set_checksum, 2);
+    flag!(delete, set_delete, 3);
+    flag!(dry_run, set_dry_run, 4);
+    flag!(verify_full, set_verify_full, 5);
+    flag!(no_encrypt, set_no_encrypt, 6);
+    flag!(recursive, set_recursive, 7);
+    flag!(fsync_none, set_fsync_none, 9);
+}
+
+/// Chunks a receiver wants of one file: ranges of chunk indices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WantFile {
+    pub id: u64,
+    pub ranges: Vec<(u64, u32)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkipReason {
+    Identical,
+    DryRun,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlanAction {
+    Copy,
+    Skip,
+    Delete,
+}
+
+/// Counters the receiver reports at the end of a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Summary {
+    pub files_done: u64,
+    pub files_failed: u64,
+    pub bytes_written: u64,
+    pub chunks_resent: u64,
+    pub bytes_resent: u64,
+    pub deleted: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Control {
+    Hello { min_version: u16, max_version: u16, features: u64 },
+    Auth { nonce: [u8; 32], proof: [u8; 32] },
+    Open { server_role: Role, options: Options, sources: Vec<Vec<u8>>, destination: Vec<u8> },
+    Ready { session_id: [u8; 16], data_addr: Vec<u8>, nonce: [u8; 32] },
+    Entries(Vec<Entry>),
+    ManifestEnd { files: u64, bytes: u64 },
+    Want(Vec<WantFile>),
+    Skip(Vec<(u64, SkipReason)>),
+    FileEnd { id: u64, file_hash: [u8; 32], size: u64, mtime_s: i64, mtime_ns: u32 },
+    FileDone(Vec<u64>),
+    FileError { id: u64, side: Side, message: String },
+    ChunkBad { id: u64, chunk: u64 },
+    Summary(Summary),
+    Fatal { side: Side, message: String },
+    Plan { action: PlanAction, path: Vec<u8> },
+    Bye,
+    StreamCount(u16),
+}
+
+const MAGIC: &[u8; 4] = b"TERN";
+
+impl Control {
+    pub fn type_byte(&self) -> u8 {
+        match self {
+            Control::Hello { .. } => 1,
+            Control::Auth { .. } => 2,
+            Control::Open { .. } => 3,
+            Control::Ready { .. } => 4,
+            Control::Entries(_) => 5,
+            Control::ManifestEnd { .. } => 6,
+            Control::Want(_) => 7,
+            Control::Skip(_) => 8,
+            Control::FileEnd { .. } => 9,
+            Control::FileDone(_) => 10,
+            Control::FileError { .. } => 11,
+            Control::ChunkBad { .. } => 12,
+            Control::Summary(_) => 13,
+            Control::Fatal { .. } => 14,
+            Control::Plan { .. } => 15,
+            Control::Bye => 16,
+            Control::StreamCount(_) => 17,
+        }
+    }
+
+    /// The whole frame, header included.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        match self {
+            Control::Hello { min_version, max_version, features } => {
+                w.raw(MAGIC).u16(*min_version).u16(*max_version).u64(*features);
+            }
+            Control::Auth { nonce, proof } => {
+                w.raw(nonce).raw(proof);
+            }
+            Control::Open { server_role, options, sources, destination } => {
+                w.u8(match server_role {
+                    Role::Sender => 0,
+                    Role::Receiver => 1,
+                });
+                w.u32(options.flags).u32(options.chunk_size).u16(options.streams);
+                w.u32(sources.len() as u32);
+                for s in sources {
+                    w.bytes(s);
+                }
+                w.bytes(destination);
+            }
+            Control::Ready { session_id, data_addr, nonce } => {
+                w.raw(session_id).bytes(data_addr).raw(nonce);
+            }
+            Control::Entries(entries) => {
+                w.u32(entries.len() as u32);
+                for e in entries {
+                    w.u64(e.id).u8(match e.kind {
+                        EntryKind::File => 0,
+                        EntryKind::Dir => 1,
+                        EntryKind::Symlink => 2,
+                    });
+                    w.bytes(&e.path).u64(e.size).u32(e.mode).i64(e.mtime_s).u32(e.mtime_ns);
+                    w.bytes(&e.target);
+                }
+            }
+            Control::ManifestEnd { files, bytes } => {
+                w.u64(*files).u64(*bytes);
+            }
+            Control::Want(files) => {
+                w.u32(files.len() as u32);
+                for f in files {
+                    w.u64(f.id).u32(f.ranges.len() as u32);
+                    for (start, count) in &f.ranges {
+                        w.u64(*start).u32(*count);
+                    }
+                }
+            }
+            Control::Skip(items) => {
+                w.u32(items.len() as u32);
+                for (id, reason) in items {
+                    w.u64(*id).u8(match reason {
+                        SkipReason::Identical => 0,
+                        SkipReason::DryRun => 1,
+                    });
+                }
+            }
+            Control::FileEnd { id, file_hash, size, mtime_s, mtime_ns } => {
+                w.u64(*id).raw(file_hash).u64(*size).i64(*mtime_s).u32(*mtime_ns);
+            }
+            Control::FileDone(ids) => {
+                w.u32(ids.len() as u32);
+                for id in ids {
+                    w.u64(*id);
+                }
+            }
+            Control::FileError { id, side, message } => {
+                w.u64(*id).u8(side.to_u8()).bytes(truncate(message.as_bytes(), limits::MAX_MESSAGE));
+            }
+            Control::ChunkBad { id, chunk } => {
+                w.u64(*id).u64(*chunk);
+            }
+            Control::Summary(s) => {
+                w.u64(s.files_done).u64(s.files_failed).u64(s.bytes_written);
+                w.u64(s.chunks_resent).u64(s.bytes_resent).u64(s.deleted);
+            }
+            Control::Fatal { side, message } => {
+                w.u8(side.to_u8()).bytes(truncate(message.as_bytes(), limits::MAX_MESSAGE));
+            }
+            Control::Plan { action, path } => {
+                w.u8(match action {
+                    PlanAction::Copy => 0,
+                    PlanAction::Skip => 1,
+                    PlanAction::Delete => 2,
+                });
+                w.bytes(path);
+            }
+            Control::Bye => {}
+            Control::StreamCount(n) => {
+                w.u16(*n);
+            }
+        }
+        encode_frame(self.type_byte(), &w.buf)
+    }
+
+    /// Decodes one control frame body. Refuses anything out of bounds or left over.
+    pub fn decode(frame_type: u8, body: &[u8]) -> Result<Self, ProtoError> {
+        let mut r = Reader::new(body);
+        let msg = match frame_type {
+            1 => {
+                if &r.array::<4>("magic")? != MAGIC {
+                    return Err(ProtoError::BadMagic);
+                }
+                Control::Hello {
+                    min_version: r.u16("min_version")?,
+                    max_version: r.u16("max_version")?,
+                    features: r.u64("features")?,
+                }
+            }
+            2 => Control::Auth { nonce: r.array("nonce")?, proof: r.array("proof")? },
+            3 => {
+                let server_role = match r.u8("role")? {
+                    0 => Role::Sender,
+                    1 => Role::Receiver,
+                    _ => return Err(ProtoError::Invalid { what: "role", why: "unknown value" }),
+                };
+                let options = Options {
+                    flags: r.u32("flags")?,
+                    chunk_size: r.u32("chunk_size")?,
+                    streams: r.u16("streams")?,
+                };
+                if options.chunk_size < limits::MIN_CHUNK_SIZE || options.chunk_size > limits::MAX_CHUNK_SIZE {
+                    return Err(ProtoError::Invalid { what: "chunk size", why: "out of range" });
+                }
+                if options.streams == 0 || options.streams > limits::MAX_STREAMS {
+                    return Err(ProtoError::Invalid { what: "stream count", why: "out of range" });
+                }
+                let n = r.count("sources")?;
+                let mut sources = Vec::with_capacity(n);
+                for _ in 0..n {
+                    sources.push(r.bytes("source path", limits::MAX_PATH)?.to_vec());
+                }
+                let destination = r.bytes("destination path", limits::MAX_PATH)?.to_vec();
+                Control::Open { server_role, options, sources, destination }
+            }
+            4 => Control::Ready {
+                session_id: r.array("session_id")?,
+                data_addr: r.bytes("data address", 256)?.to_vec(),
+                nonce: r.array("nonce")?,
+            },
+            5 => {
+                let n = r.count("entries")?;
+                let mut entries = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let id = r.u64("id")?;
+                    let kind = match r.u8("kind")? {
+                        0 => EntryKind::File,
+                        1 => EntryKind::Dir,
+                        2 => EntryKind::Symlink,
+                        _ => return Err(ProtoError::Invalid { what: "entry kind", why: "unknown value" }),
+                    };
+                    let path = r.bytes("path", limits::MAX_PATH)?.to_vec();
+                    validate_relative(&path)?;
+                    let size = r.u64("size")?;
+                    let mode = r.u32("mode")?;
+                    let mtime_s = r.i64("mtime")?;
+                    let mtime_ns = r.u32("mtime_ns")?;
+                    if mtime_ns >= 1_000_000_000 {
+                        return Err(ProtoError::Invalid { what: "mtime", why: "nanoseconds out of range" });
+                    }
+                    let target = r.bytes("symlink target", limits::MAX_PATH)?.to_vec();
+                    if kind != EntryKind::Symlink && !target.is_empty() {
+                        return Err(ProtoError::Invalid { what: "entry", why: "target on a non-symlink" });
+                    }
+                    entries.push(Entry { id, kind, path, size, mode, mtime_s, mtime_ns, target });
+                }
+                Control::Entries(entries)
+            }
+            6 => Control::ManifestEnd { files: r.u64("files")?, bytes: r.u64("bytes")? },
+            7 => {
+                let n = r.count("want files")?;
+                let mut files = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let id = r.u64("id")?;
+                    let m = r.count("want ranges")?;
+                    let mut ranges = Vec::with_capacity(m);
+                    for _ in 0..m {
+                        ranges.push((r.u64("range start")?, r.u32("range count")?));
+                    }
+                    files.push(WantFile { id, ranges });
+                }
+                Control::Want(files)
+            }
+            8 => {
+                let n = r.count("skips")?;
+                let mut items = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let id = r.u64("id")?;
+                    let reason = match r.u8("reason")? {
+                        0 => SkipReason::Identical,
+                        1 => SkipReason::DryRun,
+                        _ => return Err(ProtoError::Invalid { what: "skip reason", why: "unknown value" }),
+                    };
+                    items.push((id, reason));
+                }
+                Control::Skip(items)
+            }
+            9 => Control::FileEnd {
+                id: r.u64("id")?,
+                file_hash: r.array("file hash")?,
+                size: r.u64("size")?,
+                mtime_s: r.i64("mtime")?,
+                mtime_ns: r.u32("mtime_ns")?,
+            },
+            10 => {
+                let n = r.count("done ids")?;
+                let mut ids = Vec::with_capacity(n);
+                for _ in 0..n {
+                    ids.push(r.u64("id")?);
+                }
+                Control::FileDone(ids)
+            }
+            11 => Control::FileError {
+                id: r.u64("id")?,
+                side: Side::from_u8(r.u8("side")?)?,
+                message: r.message()?,
+            },
+            12 => Control::ChunkBad { id: r.u64("id")?, chunk: r.u64("chunk")? },
+            13 => Control::Summary(Summary {
+                files_done: r.u64("files_done")?,
+                files_failed: r.u64("files_failed")?,
+                bytes_written: r.u64("bytes_written")?,
+                chunks_resent: r.u64("chunks_resent")?,
+                bytes_resent: r.u64("bytes_resent")?,
+                deleted: r.u64("deleted")?,
+            }),
+            14 => Control::Fatal { side: Side::from_u8(r.u8("side")?)?, message: r.message()? },
+            15 => {
+                let action = match r.u8("action")? {
+                    0 => PlanAction::Copy,
+                    1 => PlanAction::Skip,
+                    2 => PlanAction::Delete,
+                    _ => return Err(ProtoError::Invalid { what: "plan action", why: "unknown value" }),
+                };
+                Control::Plan { action, path: r.bytes("path", limits::MAX_PATH)?.to_vec() }
+            }
+            16 => Control::Bye,
+            17 => Control::StreamCount(r.u16("streams")?),
+            other => return Err(ProtoError::UnknownType(other)),
+        };
+        r.finish()?;
+        Ok(msg)
+    }
+}
+
+fn truncate(b: &[u8], max: usize) -> &[u8] {
+    &b[..b.len().min(max)]
+}
+
+/// Picks the highest version both peers speak.
+pub fn negotiate_version(ours: (u16, u16), theirs: (u16, u16)) -> Result<u16, ProtoError> {
+    let high = ours.1.min(theirs.1);
+    let low = ours.0.max(theirs.0);
+    if high < low {
+        return Err(ProtoError::VersionMismatch {
+            ours_min: ours.0,
+            ours_max: ours.1,
+            theirs_min: theirs.0,
+            theirs_max: theirs.1,
+        });
+    }
+    Ok(high)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::FrameDecoder;
+
+    fn roundtrip(m: Control) {
+        let bytes = m.encode();
+        let mut d = FrameDecoder::new(limits::MAX_CONTROL_FRAME);
+        d.push(&bytes);
+        let (t, body) = d.next_frame().unwrap().unwrap();
+        assert_eq!(Control::decode(t, &body).unwrap(), m);
+    }
+
+    #[test]
+    fn every_message_roundtrips() {
+        let mut opts = Options { flags: 0, chunk_size: 4 << 20, streams: 8 };
+        opts.set_preserve(true);
+        opts.set_delete(true);
+        roundtrip(Control::Hello { min_version: 1, max_version: 3, features: 5 });
+        roundtrip(Control::Auth { nonce: [1; 32], proof: [2; 32] });
+        roundtrip(Control::Open {
+            server_role: Role::Receiver,
+            options: opts,
+            sources: vec![b"a".to_vec(), b"\xffb".to_vec()],
+            destination: b"/dst".to_vec(),
+        });
+        roundtrip(Control::Ready { session_id: [3; 16], data_addr: b"[::1]:99".to_vec(), nonce: [4; 32] });
+        roundtrip(Control::Entries(vec![Entry {
+            id: 9,
+            kind: EntryKind::Symlink,
+            path: b"d/l".to_vec(),
+            size: 0,
+            mode: 0o777,
+            mtime_s: -5,
+            mtime_ns: 7,
+            target: b"x".to_vec(),
+        }]));
+        roundtrip(Control::ManifestEnd { files: 1, bytes: 2 });
+        roundtrip(Control::Want(vec![WantFile { id: 1, ranges: vec![(0, 3), (7, 1)] }]));
+        roundtrip(Control::Skip(vec![(1, SkipReason::Identical), (2, SkipReason::DryRun)]));
+        roundtrip(Control::FileEnd { id: 1, file_hash: [5; 32], size: 10, mtime_s: 11, mtime_ns: 12 });
+        roundtrip(Control::FileDone(vec![1, 2, 3]));
+        roundtrip(Control::FileError { id: 4, side: Side::Destination, message: "no space".into() });
+        roundtrip(Control::ChunkBad { id: 4, chunk: 2 });
+        roundtrip(Control::Summary(Summary { files_done: 1, deleted: 2, ..Default::default() }));
+        roundtrip(Control::Fatal { side: Side::Network, message: "x".into() });
+        roundtrip(Control::Plan { action: PlanAction::Delete, path: b"old".to_vec() });
+        roundtrip(Control::Bye);
+        roundtrip(Control::StreamCount(12));
+    }
+
+    #[test]
+    fn refuses_escaping_entry_path() {
+        let m = Control::Entries(vec![Entry {
+            id: 0,
+            kind: EntryKind::File,
+            path: b"../../etc/passwd".to_vec(),
+            size: 0,
+            mode: 0,
+            mtime_s: 0,
+            mtime_ns: 0,
+            target: vec![],
+        }]);
+        let bytes = m.encode();
+        assert!(matches!(Control::decode(bytes[4], &bytes[5..]), Err(ProtoError::Invalid { .. })));
+    }
+
+    #[test]
+    fn refuses_trailing_bytes_and_huge_lists() {
+        let mut bytes = Control::Bye.encode();
+        bytes.push(0);
+        assert_eq!(Control::decode(16, &bytes[5..]), Err(ProtoError::TrailingBytes(1)));
+        let mut w = Writer::new();
+        w.u32(u32::MAX);
+        assert!(matches!(Control::decode(10, &w.buf), Err(ProtoError::TooLong { .. })));
+    }
+
+    #[test]
+    fn versions_negotiate() {
+        assert_eq!(negotiate_version((1, 2), (2, 5)), Ok(2));
+        assert!(negotiate_version((1, 1), (2, 3)).is_err());
+    }
+}
