@@ -49,11 +49,11 @@ preset_rtt() { # -> RTT in ms for a base preset name
 
 in_ns() { ip netns exec "$1" "${@:2}"; }
 
-build_delayline() {
-  if [[ ! -x $DL_BIN || -n $(find "$DL_DIR/src" "$DL_DIR/Cargo.toml" -newer "$DL_BIN" 2>/dev/null) ]]; then
-    log "building tern-delayline (cargo -j1)"
+build_delayline() { # cargo is a no-op when the binary is up to date
+  if command -v cargo >/dev/null; then
     (cd "$DL_DIR" && timeout 900 cargo build --release -j1 -q) || die "delay line build failed"
   fi
+  [[ -x $DL_BIN ]] || die "no $DL_BIN and no cargo to build it"
 }
 
 delayline_pid() { # pid of our delay line, only if it really is tern-delayline
@@ -89,6 +89,7 @@ cmd_down() {
     ip netns list 2>/dev/null | grep -qw "^$ns" && ip netns del "$ns"
     rm -rf "/etc/netns/$ns"
   done
+  rmdir /etc/netns 2>/dev/null || true   # only if empty (i.e. nobody else uses it)
   if [[ -f $STATE/sysctl.saved ]]; then   # restore root values changed by --tuned
     while read -r key val; do sysctl -q -w "$key=$val" >/dev/null || log "could not restore $key"; done <"$STATE/sysctl.saved"
   fi
