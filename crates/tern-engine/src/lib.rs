@@ -1,1 +1,24 @@
-//! engine
+//! tern's transfer engine: everything between the protocol core and the command line.
+//!
+//! A session has one control channel and N data streams. [`sender::Sending`] walks the source
+//! and serves wanted chunks; [`receiver::Receiving`] decides what it needs, verifies, writes and
+//! renames. [`session`] sets both up over ssh, a daemon or in-process, and retries with resume.
+
+pub mod control;
+pub mod datastream;
+pub mod error;
+pub mod faults;
+pub mod fsops;
+pub mod hashing;
+pub mod journal;
+pub mod layout;
+pub mod progress;
+pub mod ratelimit;
+pub mod receiver;
+pub mod sender;
+pub mod transport;
+pub mod walk;
+pub mod endpoint;
+pub mod handshake;
+pub mod server;
+pub mod session;

@@ -65,6 +65,8 @@ pub struct Entry {
     pub mtime_ns: u32,
     /// Symlink target, empty otherwise.
     pub target: Vec<u8>,
+    /// Whole-file hash, sent only in `--checksum` mode.
+    pub hash: Option<[u8; 32]>,
 }
 
 /// Transfer options carried in `Open`.
@@ -99,6 +101,7 @@ impl Options {
     flag!(verify_full, set_verify_full, 5);
     flag!(no_encrypt, set_no_encrypt, 6);
     flag!(recursive, set_recursive, 7);
+    flag!(contents, set_contents, 8);
     flag!(fsync_none, set_fsync_none, 9);
 }
 
@@ -214,6 +217,10 @@ impl Control {
                     });
                     w.bytes(&e.path).u64(e.size).u32(e.mode).i64(e.mtime_s).u32(e.mtime_ns);
                     w.bytes(&e.target);
+                    match &e.hash {
+                        Some(h) => w.u8(1).raw(h),
+                        None => w.u8(0),
+                    };
                 }
             }
             Control::ManifestEnd { files, bytes } => {
@@ -344,7 +351,12 @@ impl Control {
                     if kind != EntryKind::Symlink && !target.is_empty() {
                         return Err(ProtoError::Invalid { what: "entry", why: "target on a non-symlink" });
                     }
-                    entries.push(Entry { id, kind, path, size, mode, mtime_s, mtime_ns, target });
+                    let hash = match r.u8("hash flag")? {
+                        0 => None,
+                        1 => Some(r.array("hash")?),
+                        _ => return Err(ProtoError::Invalid { what: "hash flag", why: "unknown value" }),
+                    };
+                    entries.push(Entry { id, kind, path, size, mode, mtime_s, mtime_ns, target, hash });
                 }
                 Control::Entries(entries)
             }
@@ -480,6 +492,7 @@ mod tests {
             mtime_s: -5,
             mtime_ns: 7,
             target: b"x".to_vec(),
+            hash: Some([8; 32]),
         }]));
         roundtrip(Control::ManifestEnd { files: 1, bytes: 2 });
         roundtrip(Control::Want(vec![WantFile { id: 1, ranges: vec![(0, 3), (7, 1)] }]));
@@ -506,6 +519,7 @@ mod tests {
             mtime_s: 0,
             mtime_ns: 0,
             target: vec![],
+            hash: None,
         }]);
         let bytes = m.encode();
         assert!(matches!(Control::decode(bytes[4], &bytes[5..]), Err(ProtoError::Invalid { .. })));

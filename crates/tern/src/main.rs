@@ -1,1 +1,31 @@
-fn main() {}
+//! `tern`: the command line. Parses arguments into engine settings, shows progress, reports.
+
+mod cli;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let args = cli::Cli::parse();
+    raise_fd_limit();
+    match cli::run(args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("tern: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Many files in flight need many descriptors; take the hard limit as the soft one.
+fn raise_fd_limit() {
+    unsafe {
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max.min(1 << 20);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! Sending and receiving control messages over a byte stream, with the protocol's bounds.
+
+use std::io::{self, BufReader, Read, Write};
+use std::sync::Mutex;
+
+use tern_proto::frame::{FrameHeader, HEADER_LEN};
+use tern_proto::{Control, limits};
+
+use crate::error::TransferError;
+
+pub struct CtrlReader {
+    r: BufReader<Box<dyn Read + Send>>,
+}
+
+impl CtrlReader {
+    pub fn new(r: Box<dyn Read + Send>) -> Self {
+        Self { r: BufReader::with_capacity(256 << 10, r) }
+    }
+
+    /// Next message. I/O failures are network errors; malformed input is a fatal protocol error.
+    pub fn recv(&mut self) -> Result<Control, TransferError> {
+        let mut head = [0u8; HEADER_LEN];
+        self.r.read_exact(&mut head).map_err(net_err)?;
+        let header = FrameHeader::parse(head, limits::MAX_CONTROL_FRAME).map_err(proto_err)?;
+        let mut body = vec![0u8; header.body_len as usize];
+        self.r.read_exact(&mut body).map_err(net_err)?;
+        Control::decode(header.frame_type, &body).map_err(proto_err)
+    }
+}
+
+pub fn net_err(e: io::Error) -> TransferError {
+    let what = match e.kind() {
+        io::ErrorKind::UnexpectedEof => "the peer closed the connection".to_string(),
+        _ => crate::error::err_text(&e),
+    };
+    TransferError::network(format!("control channel: {what}"))
+}
+
+pub fn proto_err(e: tern_proto::ProtoError) -> TransferError {
+    TransferError::fatal(
+        tern_proto::Side::Network,
+        format!("protocol error from the peer: {e} (is the other end a tern of a compatible version?)"),
+    )
+}
+
+/// Shared by the threads of one side; each message is one `write_all` under the lock.
+pub struct CtrlWriter {
+    w: Mutex<Box<dyn Write + Send>>,
+}
+
+impl CtrlWriter {
+    pub fn new(w: Box<dyn Write + Send>) -> Self {
+        Self { w: Mutex::new(w) }
+    }
+    pub fn send(&self, msg: &Control) -> Result<(), TransferError> {
+        let bytes = msg.encode();
+        let mut w = self.w.lock().unwrap();
+        w.write_all(&bytes).and_then(|_| w.flush()).map_err(net_err)
+    }
+}

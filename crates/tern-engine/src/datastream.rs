@@ -1,0 +1,117 @@
+//! Opening and accepting authenticated data streams.
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use tern_proto::auth::{Party, proofs_equal, stream_proof, stream_tag_key};
+use tern_proto::data::{DATA_ACCEPT, DATA_HELLO, DataHello};
+use tern_proto::frame::{FrameHeader, HEADER_LEN};
+
+use crate::transport::{Closer, Stream, random, tune_socket};
+
+/// One open data stream, ready for chunk frames.
+pub struct DataConn {
+    pub stream: Stream,
+    pub index: u32,
+    /// Per-chunk tag key when the stream is not encrypted (and not an in-process socket).
+    pub tag_key: Option<[u8; 32]>,
+    pub closer: Closer,
+}
+
+/// What both ends of a session know after the control handshake.
+#[derive(Clone)]
+pub struct StreamAuth {
+    pub session_id: [u8; 16],
+    pub session_key: [u8; 32],
+    pub encrypt: bool,
+}
+
+/// The connecting side: TLS (or not), then `DataHello` and the acceptor's proof.
+pub fn connect_stream(sock: TcpStream, auth: &StreamAuth, index: u32, bufsize: Option<usize>) -> io::Result<DataConn> {
+    tune_socket(&sock, bufsize);
+    sock.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut kind = [if auth.encrypt { b'D' } else { b'P' }];
+    (&sock).write_all(&kind)?;
+    let (mut stream, exporter) = if auth.encrypt { Stream::tls_client(sock.try_clone()?)? } else { (Stream::Tcp(sock.try_clone()?), [0u8; 32]) };
+    let nonce = random::<32>();
+    let proof = stream_proof(&auth.session_key, Party::Client, &auth.session_id, index, &nonce, &exporter);
+    stream.write_all(&DataHello { session_id: auth.session_id, stream: index, nonce, proof }.encode())?;
+    stream.flush()?;
+    let mut head = [0u8; HEADER_LEN];
+    stream.read_exact(&mut head)?;
+    let h = FrameHeader::parse(head, 64).map_err(bad)?;
+    if h.frame_type != DATA_ACCEPT || h.body_len != 32 {
+        return Err(bad("unexpected reply to data stream hello"));
+    }
+    let mut theirs = [0u8; 32];
+    stream.read_exact(&mut theirs)?;
+    let expect = stream_proof(&auth.session_key, Party::Server, &auth.session_id, index, &nonce, &exporter);
+    if !proofs_equal(&theirs, &expect) {
+        return Err(io::Error::new(io::ErrorKind::PermissionDenied, "data stream peer failed authentication"));
+    }
+    sock.set_read_timeout(None)?;
+    kind[0] = 0;
+    let _ = kind;
+    let closer = stream.closer();
+    let tag_key = (!auth.encrypt).then(|| stream_tag_key(&auth.session_key, &auth.session_id, index, &nonce));
+    Ok(DataConn { stream, index, tag_key, closer })
+}
+
+/// A data stream after the acceptor read its kind byte and (for TLS) completed the handshake,
+/// and read the hello: the session it names must then verify the proof.
+pub struct PendingStream {
+    pub stream: Stream,
+    pub exporter: [u8; 32],
+    pub hello: DataHello,
+    pub encrypted: bool,
+}
+
+/// Acceptor side, up to reading the hello. `kind` is the first byte the connector sent.
+pub fn accept_stream(sock: TcpStream, kind: u8) -> io::Result<PendingStream> {
+    tune_socket(&sock, None);
+    sock.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let encrypted = match kind {
+        b'D' => true,
+        b'P' => false,
+        _ => return Err(bad("unknown stream kind")),
+    };
+    let (mut stream, exporter) = if encrypted { Stream::tls_server(sock.try_clone()?)? } else { (Stream::Tcp(sock.try_clone()?), [0u8; 32]) };
+    let mut head = [0u8; HEADER_LEN];
+    stream.read_exact(&mut head)?;
+    let h = FrameHeader::parse(head, 256).map_err(bad)?;
+    if h.frame_type != DATA_HELLO || h.body_len as usize != DataHello::BODY_LEN {
+        return Err(bad("expected a data stream hello"));
+    }
+    let mut body = [0u8; DataHello::BODY_LEN];
+    stream.read_exact(&mut body)?;
+    let hello = DataHello::decode(&body).map_err(bad)?;
+    sock.set_read_timeout(None)?;
+    Ok(PendingStream { stream, exporter, hello, encrypted })
+}
+
+impl PendingStream {
+    /// Verifies the connector's proof with the session's key and answers with ours.
+    pub fn finish(mut self, auth: &StreamAuth) -> io::Result<DataConn> {
+        if self.encrypted != auth.encrypt {
+            return Err(bad("data stream encryption does not match the session"));
+        }
+        let h = &self.hello;
+        let expect = stream_proof(&auth.session_key, Party::Client, &auth.session_id, h.stream, &h.nonce, &self.exporter);
+        if !proofs_equal(&h.proof, &expect) {
+            return Err(io::Error::new(io::ErrorKind::PermissionDenied, "data stream failed authentication"));
+        }
+        let ours = stream_proof(&auth.session_key, Party::Server, &auth.session_id, h.stream, &h.nonce, &self.exporter);
+        let mut reply = FrameHeader::encode(DATA_ACCEPT, 32).to_vec();
+        reply.extend_from_slice(&ours);
+        self.stream.write_all(&reply)?;
+        self.stream.flush()?;
+        let closer = self.stream.closer();
+        let tag_key = (!auth.encrypt).then(|| stream_tag_key(&auth.session_key, &auth.session_id, h.stream, &h.nonce));
+        Ok(DataConn { stream: self.stream, index: h.stream, tag_key, closer })
+    }
+}
+
+fn bad(e: impl std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e.to_string())
+}

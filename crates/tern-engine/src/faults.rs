@@ -1,0 +1,63 @@
+//! Fault hooks for tests, read once from the environment. They cost one branch when unset.
+//!
+//! * `TERN_FAULT_CORRUPT=NAME:CHUNK` — the sender flips a byte of that chunk of the first file
+//!   whose path ends with NAME, after hashing it, once per process.
+//! * `TERN_FAULT_CUT_AFTER=BYTES` — the sender cuts one data stream after sending that many
+//!   bytes, once per process (a network cut mid-transfer).
+//! * `TERN_FAULT_DELAY_MS=MS` — the sender sleeps before each chunk (slows a test transfer so a
+//!   kill lands mid-way).
+//! * `TERN_DEBUG_NO_HASH=1` — skip BLAKE3 (benchmark switch to measure integrity's cost; the
+//!   receiver then cannot verify, so it refuses to run unless both ends set it).
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+pub struct Faults {
+    corrupt: Option<(String, u64)>,
+    corrupt_done: AtomicBool,
+    cut_after: Option<u64>,
+    cut_done: AtomicBool,
+    sent: AtomicU64,
+    pub delay_ms: u64,
+    pub no_hash: bool,
+}
+
+pub fn faults() -> &'static Faults {
+    static F: OnceLock<Faults> = OnceLock::new();
+    F.get_or_init(|| Faults {
+        corrupt: std::env::var("TERN_FAULT_CORRUPT").ok().and_then(|v| {
+            let (name, chunk) = v.rsplit_once(':')?;
+            Some((name.to_string(), chunk.parse().ok()?))
+        }),
+        corrupt_done: AtomicBool::new(false),
+        cut_after: std::env::var("TERN_FAULT_CUT_AFTER").ok().and_then(|v| v.parse().ok()),
+        cut_done: AtomicBool::new(false),
+        sent: AtomicU64::new(0),
+        delay_ms: std::env::var("TERN_FAULT_DELAY_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0),
+        no_hash: std::env::var("TERN_DEBUG_NO_HASH").is_ok_and(|v| v == "1"),
+    })
+}
+
+impl Faults {
+    /// Whether to corrupt this chunk (true at most once).
+    pub fn corrupt(&self, path: &[u8], chunk: u64) -> bool {
+        match &self.corrupt {
+            Some((name, c)) if *c == chunk && path.ends_with(name.as_bytes()) => !self.corrupt_done.swap(true, Ordering::SeqCst),
+            _ => false,
+        }
+    }
+    /// Counts sent bytes; true once when the cut threshold is crossed.
+    pub fn cut(&self, n: u64) -> bool {
+        let Some(limit) = self.cut_after else { return false };
+        let total = self.sent.fetch_add(n, Ordering::Relaxed) + n;
+        total >= limit && !self.cut_done.swap(true, Ordering::SeqCst)
+    }
+}
+
+/// The chunk hash, or zeros under the benchmark switch.
+pub fn chunk_hash(data: &[u8]) -> [u8; 32] {
+    if faults().no_hash {
+        return [0; 32];
+    }
+    *blake3::hash(data).as_bytes()
+}

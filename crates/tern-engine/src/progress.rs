@@ -1,0 +1,41 @@
+//! Counters shared between the engine's threads and whoever displays progress.
+//! Updated per chunk with relaxed atomics; the display reads them from its own ticker.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use crate::error::TransferError;
+
+#[derive(Default)]
+pub struct Progress {
+    /// Payload bytes moved over the network in this run (resends included).
+    pub bytes: AtomicU64,
+    /// Bytes of files the receiver already had (identical, or verified before a resume).
+    pub bytes_skipped: AtomicU64,
+    pub bytes_total: AtomicU64,
+    pub files_total: AtomicU64,
+    pub files_done: AtomicU64,
+    pub files_skipped: AtomicU64,
+    pub files_failed: AtomicU64,
+    pub chunks_resent: AtomicU64,
+    pub bytes_resent: AtomicU64,
+    pub streams: AtomicU64,
+    pub reconnects: AtomicU64,
+    pub deleted: AtomicU64,
+    pub errors: Mutex<Vec<TransferError>>,
+    /// Dry-run plan lines, in the order the receiver decided them.
+    pub plan: Mutex<Vec<String>>,
+}
+
+impl Progress {
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Relaxed);
+    }
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Relaxed)
+    }
+    pub fn error(&self, e: TransferError) {
+        tracing::debug!("{e}");
+        self.errors.lock().unwrap().push(e);
+    }
+}

@@ -1,0 +1,966 @@
+//! The receiving side of a session: decide what is needed, verify and write chunks on every data
+//! stream, and rename a file into place only once it is verified and durable.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fs::File;
+use std::io::{BufReader, Read};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, OnceLock, RwLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, unbounded};
+use tern_proto::chunk::{Assembly, chunk_count, chunk_range, file_hash};
+use tern_proto::data::{ChunkHeader, FLAG_WHOLE_FILE, chunk_data_len};
+use tern_proto::frame::{FrameHeader, HEADER_LEN};
+use tern_proto::msg::{PlanAction, SkipReason, Summary, WantFile};
+use tern_proto::path::{file_name, parent, symlink_stays_inside};
+use tern_proto::{Control, Entry, EntryKind, Options};
+
+use crate::control::{CtrlReader, CtrlWriter};
+use crate::datastream::DataConn;
+use crate::error::{Side, TransferError, err_text};
+use crate::faults::chunk_hash;
+use crate::fsops::{self, DestRoot};
+use crate::hashing::{hash_file, is_zero};
+use crate::journal::{Journal, JournalHeader};
+use crate::layout::{self, Layout};
+use crate::progress::Progress;
+
+pub struct ReceiverParams {
+    /// The destination as the user named it, already resolved (and confined, for a daemon).
+    pub destination: PathBuf,
+    pub multi_source: bool,
+    pub options: Options,
+    pub progress: Arc<Progress>,
+    /// Wanted-but-unfinished bytes and files: the flow-control window.
+    pub window_bytes: u64,
+    pub window_files: usize,
+}
+
+/// A file being written, shared with the stream workers.
+struct Sink {
+    parent: Arc<OwnedFd>,
+    tmp: Vec<u8>,
+    final_name: Vec<u8>,
+    journal_name: Vec<u8>,
+    display: String,
+    size: u64,
+    chunks: u64,
+    mode: Option<u32>,
+    mtime: Option<(i64, u32)>,
+    /// The temporary did not exist before: all-zero chunks may be left as holes.
+    fresh: bool,
+    file: OnceLock<Result<File, String>>,
+    journal: Option<Journal>,
+}
+
+impl Sink {
+    fn file(&self) -> Result<&File, String> {
+        self.file
+            .get_or_init(|| fsops::open_temp(&*self.parent, &self.tmp).map_err(|e| format!("cannot create temporary file: {}", err_text(&e))))
+            .as_ref()
+            .map_err(|e| e.clone())
+    }
+}
+
+type Sinks = Arc<RwLock<HashMap<u64, Arc<Sink>>>>;
+
+enum Event {
+    Ctrl(Control),
+    CtrlFailed(TransferError),
+    ChunkOk { id: u64, index: u64, hash: [u8; 32], len: u32, whole: bool },
+    ChunkBad { id: u64, index: u64, len: u32 },
+    WriteFailed { id: u64, error: std::io::Error, what: &'static str },
+    StreamFailed(TransferError),
+    Finalized { id: u64 },
+    FinalizeFailed { id: u64, message: String },
+    NewStream(DataConn),
+}
+
+#[derive(PartialEq, Eq, Clone, Copy, Debug)]
+enum State {
+    Pending,
+    Receiving,
+    Finalizing,
+    Done,
+}
+
+struct FileState {
+    entry: Entry,
+    rel: Vec<u8>,
+    state: State,
+    assembly: Option<Assembly>,
+    outstanding: u64,
+    bad_chunks: u32,
+    file_retries: u32,
+}
+
+/// Handle to feed extra data streams into a running receiver.
+#[derive(Clone)]
+pub struct StreamFeed(Sender<Event>);
+
+impl StreamFeed {
+    pub fn add(&self, conn: DataConn) {
+        let _ = self.0.send(Event::NewStream(conn));
+    }
+}
+
+pub struct Receiving {
+    events: Sender<Event>,
+    rx: Receiver<Event>,
+}
+
+impl Default for Receiving {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+struct Ctx<'a> {
+    p: &'a ReceiverParams,
+    writer: &'a CtrlWriter,
+    layout: Option<Layout>,
+    root: Option<DestRoot>,
+    dirs: HashMap<Vec<u8>, Arc<OwnedFd>>,
+    files: HashMap<u64, FileState>,
+    pending: VecDeque<u64>,
+    unfinished: u64,
+    outstanding_bytes: u64,
+    outstanding_files: usize,
+    sinks: Sinks,
+    finalize: Sender<(u64, Arc<Sink>, Option<[u8; 32]>)>,
+    done_ids: Vec<u64>,
+    symlinks: Vec<Entry>,
+    dir_meta: Vec<(Vec<u8>, u32, i64, u32)>,
+    keep: HashSet<Vec<u8>>,
+    manifest_end: bool,
+    source_errors: bool,
+    summary: Summary,
+}
+
+impl Receiving {
+    pub fn new() -> Self {
+        let (events, rx) = unbounded();
+        Self { events, rx }
+    }
+    pub fn feed(&self) -> StreamFeed {
+        StreamFeed(self.events.clone())
+    }
+
+    pub fn run(self, mut reader: CtrlReader, writer: Arc<CtrlWriter>, streams: Vec<DataConn>, p: ReceiverParams) -> Result<Summary, TransferError> {
+        let Receiving { events, rx } = self;
+        let sinks: Sinks = Arc::default();
+        let ending = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut closers = Vec::new();
+        let chunk_size = p.options.chunk_size;
+        let spawn_worker = |conn: DataConn, closers: &mut Vec<crate::transport::Closer>| {
+            closers.push(conn.closer.clone());
+            p.progress.streams.fetch_add(1, Relaxed);
+            let (s, ev, end) = (sinks.clone(), events.clone(), ending.clone());
+            thread::spawn(move || recv_worker(conn, s, ev, chunk_size, end));
+        };
+        for conn in streams {
+            spawn_worker(conn, &mut closers);
+        }
+        {
+            let ev = events.clone();
+            thread::spawn(move || {
+                loop {
+                    match reader.recv() {
+                        Ok(m) => {
+                            let bye = matches!(m, Control::Bye);
+                            if ev.send(Event::Ctrl(m)).is_err() || bye {
+                                return;
+                            }
+                        }
+                        Err(e) => {
+                            let _ = ev.send(Event::CtrlFailed(e));
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+        let (fin_tx, fin_rx) = unbounded();
+        let finalizer = {
+            let ev = events.clone();
+            let fsync = !p.options.fsync_none();
+            let verify_full = p.options.verify_full();
+            let chunk = p.options.chunk_size;
+            let root_for_sync: Arc<OnceLock<PathBuf>> = Arc::default();
+            let r = root_for_sync.clone();
+            (thread::spawn(move || finalizer(fin_rx, ev, fsync, verify_full, chunk, r)), root_for_sync)
+        };
+        let mut ctx = Ctx {
+            p: &p,
+            writer: &writer,
+            layout: None,
+            root: None,
+            dirs: HashMap::new(),
+            files: HashMap::new(),
+            pending: VecDeque::new(),
+            unfinished: 0,
+            outstanding_bytes: 0,
+            outstanding_files: 0,
+            sinks: sinks.clone(),
+            finalize: fin_tx,
+            done_ids: Vec::new(),
+            symlinks: Vec::new(),
+            dir_meta: Vec::new(),
+            keep: HashSet::new(),
+            manifest_end: false,
+            source_errors: false,
+            summary: Summary::default(),
+        };
+        let result = main_loop(&mut ctx, &rx, &mut |conn| spawn_worker(conn, &mut closers), &finalizer.1);
+        ending.store(true, Relaxed);
+        if let Err(e) = &result
+            && e.scope == crate::error::Scope::Fatal
+        {
+            let _ = writer.send(&Control::Fatal { side: e.side, message: e.message_with_path() });
+        }
+        for c in &closers {
+            c.close();
+        }
+        drop(ctx);
+        let _ = finalizer.0.join();
+        result
+    }
+}
+
+impl TransferError {
+    /// The message including the path, for sending to the peer as one string.
+    pub fn message_with_path(&self) -> String {
+        match &self.path {
+            Some(p) => format!("{p}: {}", self.message),
+            None => self.message.clone(),
+        }
+    }
+}
+
+fn main_loop(ctx: &mut Ctx, rx: &Receiver<Event>, spawn: &mut dyn FnMut(DataConn), root_cell: &OnceLock<PathBuf>) -> Result<Summary, TransferError> {
+    let mut finished_at: Option<Instant> = None;
+    loop {
+        let ev = match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(ev) => Some(ev),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => return Err(TransferError::network("receiver: event channel closed")),
+        };
+        if let Some(ev) = ev {
+            handle(ctx, ev, spawn, root_cell)?;
+            // Drain what else is queued before sending batched answers.
+            while let Ok(ev) = rx.try_recv() {
+                handle(ctx, ev, spawn, root_cell)?;
+            }
+        }
+        issue_wants(ctx)?;
+        if !ctx.done_ids.is_empty() {
+            ctx.writer.send(&Control::FileDone(std::mem::take(&mut ctx.done_ids)))?;
+        }
+        if ctx.manifest_end && ctx.unfinished == 0 && finished_at.is_none() {
+            finish(ctx)?;
+            ctx.writer.send(&Control::Summary(ctx.summary))?;
+            finished_at = Some(Instant::now());
+        }
+        if let Some(t) = finished_at {
+            // Wait for the sender's Bye, briefly: the work is done and reported either way.
+            if matches!(ev_is_bye(rx), Some(true)) || t.elapsed() > Duration::from_secs(10) {
+                return Ok(ctx.summary);
+            }
+        }
+    }
+}
+
+fn ev_is_bye(rx: &Receiver<Event>) -> Option<bool> {
+    match rx.recv_timeout(Duration::from_millis(100)) {
+        Ok(Event::Ctrl(Control::Bye)) | Ok(Event::CtrlFailed(_)) => Some(true),
+        Ok(_) => Some(false),
+        Err(_) => None,
+    }
+}
+
+fn handle(ctx: &mut Ctx, ev: Event, spawn: &mut dyn FnMut(DataConn), root_cell: &OnceLock<PathBuf>) -> Result<(), TransferError> {
+    match ev {
+        Event::NewStream(conn) => spawn(conn),
+        Event::CtrlFailed(e) | Event::StreamFailed(e) => return Err(e),
+        Event::Ctrl(msg) => match msg {
+            Control::Entries(entries) => {
+                for e in entries {
+                    entry(ctx, e, root_cell)?;
+                }
+            }
+            Control::ManifestEnd { .. } => ctx.manifest_end = true,
+            Control::FileEnd { id, file_hash, size, mtime_s, mtime_ns } => {
+                let Some(f) = ctx.files.get_mut(&id) else { return Err(peer_bug("file end for an unknown file")) };
+                if f.state != State::Receiving {
+                    return Ok(());
+                }
+                if size != f.entry.size || mtime_s != f.entry.mtime_s || mtime_ns != f.entry.mtime_ns {
+                    return fail_file(ctx, id, Side::Source, "file changed while it was being sent; re-run to send the new version".into());
+                }
+                if let Some(a) = f.assembly.as_mut() {
+                    a.set_expected(file_hash);
+                }
+                try_complete(ctx, id)?;
+            }
+            Control::FileError { id, side, message } => {
+                if side == Side::Source {
+                    ctx.source_errors = true;
+                }
+                let path = ctx.files.get(&id).map(|f| ctx.root.as_ref().map(|r| r.display(&f.rel)).unwrap_or_default());
+                ctx.p.progress.error(TransferError::new(side, crate::error::Scope::File, path, message));
+                if let Some(f) = ctx.files.get_mut(&id)
+                    && f.state != State::Done
+                {
+                    release(ctx, id);
+                    mark_done(ctx, id, false);
+                }
+            }
+            Control::Fatal { side, message } => return Err(TransferError::fatal(side, message)),
+            Control::Bye => return Err(TransferError::network("the sender ended the session early")),
+            _ => return Err(peer_bug("unexpected message for the receiving side")),
+        },
+        Event::ChunkOk { id, index, hash, len, whole } => {
+            Progress::add(&ctx.p.progress.bytes, len as u64);
+            let Some(f) = ctx.files.get_mut(&id) else { return Ok(()) };
+            f.outstanding = f.outstanding.saturating_sub(len as u64);
+            ctx.outstanding_bytes = ctx.outstanding_bytes.saturating_sub(len as u64);
+            if let Some(a) = f.assembly.as_mut() {
+                a.record(index, hash).map_err(|_| peer_bug("chunk index out of range"))?;
+                if whole {
+                    a.set_expected(file_hash(a.size, [&hash]));
+                }
+            }
+            try_complete(ctx, id)?;
+        }
+        Event::ChunkBad { id, index, len } => {
+            Progress::add(&ctx.p.progress.chunks_resent, 1);
+            Progress::add(&ctx.p.progress.bytes_resent, len as u64);
+            let Some(f) = ctx.files.get_mut(&id) else { return Ok(()) };
+            f.bad_chunks += 1;
+            if f.bad_chunks > 8 {
+                return fail_file(ctx, id, Side::Network, "chunks keep failing verification (corruption on the path or in memory); check the network and hosts".into());
+            }
+            ctx.summary.chunks_resent += 1;
+            ctx.summary.bytes_resent += len as u64;
+            ctx.writer.send(&Control::ChunkBad { id, chunk: index })?;
+        }
+        Event::WriteFailed { id, error, what } => {
+            let display = ctx.files.get(&id).map(|f| ctx.root.as_ref().unwrap().display(&f.rel)).unwrap_or_default();
+            let e = TransferError::io(Side::Destination, display, what, &error);
+            if matches!(error.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)) {
+                // Every other file would fail the same way: stop, keeping what is verified.
+                return Err(e.into_fatal());
+            }
+            fail_file(ctx, id, Side::Destination, e.message.clone())?;
+        }
+        Event::Finalized { id } => {
+            ctx.sinks.write().unwrap().remove(&id);
+            ctx.done_ids.push(id);
+            mark_done(ctx, id, true);
+        }
+        Event::FinalizeFailed { id, message } => {
+            ctx.sinks.write().unwrap().remove(&id);
+            let retry = ctx.files.get(&id).is_some_and(|f| f.file_retries == 0 && message.starts_with(MISMATCH));
+            if retry {
+                // The whole-file hash disagreed although every chunk verified: a journal from
+                // an older source version, say. Start this file over once.
+                let f = ctx.files.get_mut(&id).unwrap();
+                f.file_retries += 1;
+                f.state = State::Pending;
+                ctx.pending.push_front(id);
+                return Ok(());
+            }
+            if matches!(message.as_str(), m if m.contains("No space left")) {
+                return Err(TransferError::fatal(Side::Destination, message));
+            }
+            ctx.writer.send(&Control::FileError { id, side: Side::Destination, message: message.clone() })?;
+            let display = ctx.files.get(&id).map(|f| ctx.root.as_ref().unwrap().display(&f.rel));
+            ctx.p.progress.error(TransferError::new(Side::Destination, crate::error::Scope::File, display, message));
+            mark_done(ctx, id, false);
+        }
+    }
+    Ok(())
+}
+
+const MISMATCH: &str = "whole-file hash";
+
+fn peer_bug(what: &str) -> TransferError {
+    TransferError::fatal(Side::Network, format!("protocol error from the sender: {what}"))
+}
+
+fn release(ctx: &mut Ctx, id: u64) {
+    if let Some(f) = ctx.files.get_mut(&id)
+        && matches!(f.state, State::Receiving)
+    {
+        ctx.outstanding_bytes = ctx.outstanding_bytes.saturating_sub(f.outstanding);
+        ctx.outstanding_files -= 1;
+        f.outstanding = 0;
+    }
+    ctx.sinks.write().unwrap().remove(&id);
+}
+
+fn mark_done(ctx: &mut Ctx, id: u64, ok: bool) {
+    let Some(f) = ctx.files.get_mut(&id) else { return };
+    if f.state == State::Done {
+        return;
+    }
+    if matches!(f.state, State::Receiving | State::Finalizing) && ok {
+        ctx.outstanding_files -= 1;
+    }
+    f.state = State::Done;
+    f.assembly = None;
+    ctx.unfinished -= 1;
+    if ok {
+        Progress::add(&ctx.p.progress.files_done, 1);
+        ctx.summary.files_done += 1;
+        ctx.summary.bytes_written += f.entry.size;
+    } else {
+        Progress::add(&ctx.p.progress.files_failed, 1);
+        ctx.summary.files_failed += 1;
+    }
+}
+
+fn fail_file(ctx: &mut Ctx, id: u64, side: Side, message: String) -> Result<(), TransferError> {
+    let display = ctx.files.get(&id).map(|f| ctx.root.as_ref().unwrap().display(&f.rel));
+    ctx.p.progress.error(TransferError::new(side, crate::error::Scope::File, display, message.clone()));
+    ctx.writer.send(&Control::FileError { id, side, message })?;
+    release(ctx, id);
+    mark_done(ctx, id, false);
+    Ok(())
+}
+
+/// A verified file goes to the finalizer.
+fn try_complete(ctx: &mut Ctx, id: u64) -> Result<(), TransferError> {
+    let Some(f) = ctx.files.get_mut(&id) else { return Ok(()) };
+    let Some(a) = f.assembly.as_ref() else { return Ok(()) };
+    if f.state != State::Receiving || !a.is_ready() {
+        return Ok(());
+    }
+    let Some(sink) = ctx.sinks.read().unwrap().get(&id).cloned() else { return Ok(()) };
+    if a.verify().is_err() {
+        f.state = State::Finalizing;
+        ctx.outstanding_bytes = ctx.outstanding_bytes.saturating_sub(f.outstanding);
+        ctx.outstanding_files -= 1;
+        // Throw the partial state away before a retry.
+        let _ = fsops::unlink_at(&*sink.parent, &sink.journal_name);
+        let _ = fsops::unlink_at(&*sink.parent, &sink.tmp);
+        let _ = ctx.finalize.send((id, sink, None));
+        return Ok(());
+    }
+    let expected = Some(file_hash(a.size, (0..a.chunks()).map(|i| a.hash_of(i).unwrap())));
+    f.state = State::Finalizing;
+    let _ = ctx.finalize.send((id, sink, expected));
+    Ok(())
+}
+
+fn dir_fd(ctx: &mut Ctx, rel: &[u8]) -> std::io::Result<Arc<OwnedFd>> {
+    if let Some(fd) = ctx.dirs.get(rel) {
+        return Ok(fd.clone());
+    }
+    let root = ctx.root.as_ref().unwrap();
+    let fd = match root.dir(rel) {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+            root.mkdir_all(rel)?;
+            root.dir(rel)?
+        }
+        Err(e) => return Err(e),
+    };
+    if ctx.dirs.len() > 512 {
+        ctx.dirs.clear();
+    }
+    let fd = Arc::new(fd);
+    ctx.dirs.insert(rel.to_vec(), fd.clone());
+    Ok(fd)
+}
+
+fn entry(ctx: &mut Ctx, e: Entry, root_cell: &OnceLock<PathBuf>) -> Result<(), TransferError> {
+    let p = ctx.p;
+    if ctx.layout.is_none() {
+        let l = layout::decide(&p.destination, p.options.contents(), p.multi_source, &e, p.options.dry_run())?;
+        if !p.options.dry_run() || l.root.is_dir() {
+            ctx.root = Some(DestRoot::open(&l.root).map_err(|err| TransferError::io(Side::Destination, l.root.display().to_string(), "cannot open", &err).into_fatal())?);
+        }
+        let _ = root_cell.set(l.root.clone());
+        ctx.layout = Some(l);
+    }
+    let Some(rel) = ctx.layout.as_ref().unwrap().map(&e.path) else {
+        return Err(peer_bug("entry outside the announced source"));
+    };
+    ctx.keep.insert(rel.clone());
+    let display = match &ctx.root {
+        Some(r) => r.display(&rel),
+        None => ctx.layout.as_ref().unwrap().root.join(std::ffi::OsStr::from_bytes_lossy(&rel)).display().to_string(),
+    };
+    if e.kind == EntryKind::File {
+        Progress::add(&p.progress.files_total, 1);
+        Progress::add(&p.progress.bytes_total, e.size);
+    }
+    if p.options.dry_run() {
+        return plan_entry(ctx, e, rel);
+    }
+    match e.kind {
+        EntryKind::Dir => {
+            if let Err(err) = ctx.root.as_ref().unwrap().mkdir_all(&rel) {
+                ctx.p.progress.error(TransferError::io(Side::Destination, display, "cannot create directory", &err));
+                ctx.source_errors = true;
+            } else if p.options.preserve() {
+                ctx.dir_meta.push((rel, e.mode, e.mtime_s, e.mtime_ns));
+            }
+        }
+        EntryKind::Symlink => {
+            if !symlink_stays_inside(&rel, &e.target) {
+                let msg = format!("symlink target '{}' points outside the destination; refused", String::from_utf8_lossy(&e.target));
+                ctx.p.progress.error(TransferError::file(Side::Destination, display, msg));
+                ctx.summary.files_failed += 1;
+                Progress::add(&ctx.p.progress.files_failed, 1);
+            } else {
+                ctx.symlinks.push(Entry { path: rel, ..e });
+            }
+        }
+        EntryKind::File => {
+            let id = e.id;
+            ctx.unfinished += 1;
+            let skip = match identical(ctx, &rel, &e) {
+                Ok(s) => s,
+                Err(err) => {
+                    ctx.files.insert(id, FileState { entry: e, rel, state: State::Pending, assembly: None, outstanding: 0, bad_chunks: 0, file_retries: 0 });
+                    ctx.writer.send(&Control::FileError { id, side: Side::Destination, message: err.message.clone() })?;
+                    ctx.p.progress.error(err);
+                    mark_done(ctx, id, false);
+                    return Ok(());
+                }
+            };
+            let size = e.size;
+            ctx.files.insert(id, FileState { entry: e, rel, state: State::Pending, assembly: None, outstanding: 0, bad_chunks: 0, file_retries: 0 });
+            if skip {
+                ctx.writer.send(&Control::Skip(vec![(id, SkipReason::Identical)]))?;
+                Progress::add(&ctx.p.progress.files_skipped, 1);
+                Progress::add(&ctx.p.progress.bytes_skipped, size);
+                let f = ctx.files.get_mut(&id).unwrap();
+                f.state = State::Done;
+                ctx.unfinished -= 1;
+            } else {
+                ctx.pending.push_back(id);
+            }
+        }
+    }
+    Ok(())
+}
+
+trait LossyOs {
+    fn from_bytes_lossy(b: &[u8]) -> &std::ffi::OsStr;
+}
+impl LossyOs for std::ffi::OsStr {
+    fn from_bytes_lossy(b: &[u8]) -> &std::ffi::OsStr {
+        std::os::unix::ffi::OsStrExt::from_bytes(b)
+    }
+}
+
+/// Whether the destination already holds this file (size and mtime, or content hash).
+fn identical(ctx: &mut Ctx, rel: &[u8], e: &Entry) -> Result<bool, TransferError> {
+    let display = ctx.root.as_ref().unwrap().display(rel);
+    let dir = dir_fd(ctx, parent(rel)).map_err(|err| TransferError::io(Side::Destination, display.clone(), "cannot open the directory", &err))?;
+    let name = file_name(rel);
+    let Some(st) = fsops::stat_at(&*dir, name).map_err(|err| TransferError::io(Side::Destination, display.clone(), "cannot stat", &err))? else {
+        return Ok(false);
+    };
+    let kind = st.st_mode & libc::S_IFMT;
+    if kind == libc::S_IFDIR {
+        return Err(TransferError::file(Side::Destination, display, "a directory stands where this file should go; move it away and re-run"));
+    }
+    if kind != libc::S_IFREG || st.st_size as u64 != e.size {
+        return Ok(false);
+    }
+    if let Some(want) = e.hash.filter(|_| ctx.p.options.checksum()) {
+        let f = fsops::open_read(&*dir, name).map_err(|err| TransferError::io(Side::Destination, display.clone(), "cannot read", &err))?;
+        let have = hash_file(&f, e.size, ctx.p.options.chunk_size).map_err(|err| TransferError::io(Side::Destination, display, "cannot read", &err))?;
+        return Ok(have == want);
+    }
+    Ok(st.st_mtime == e.mtime_s && st.st_mtime_nsec as u32 == e.mtime_ns)
+}
+
+fn plan_entry(ctx: &mut Ctx, e: Entry, rel: Vec<u8>) -> Result<(), TransferError> {
+    if e.kind != EntryKind::File {
+        return Ok(());
+    }
+    let same = ctx.root.is_some() && identical(ctx, &rel, &e).unwrap_or(false);
+    let action = if same { PlanAction::Skip } else { PlanAction::Copy };
+    ctx.writer.send(&Control::Plan { action, path: rel })?;
+    ctx.writer.send(&Control::Skip(vec![(e.id, SkipReason::DryRun)]))?;
+    Ok(())
+}
+
+/// Issues wants while the window has room.
+fn issue_wants(ctx: &mut Ctx) -> Result<(), TransferError> {
+    let mut wants = Vec::new();
+    while ctx.outstanding_files < ctx.p.window_files && ctx.outstanding_bytes < ctx.p.window_bytes && wants.len() < 1024 {
+        let Some(id) = ctx.pending.pop_front() else { break };
+        match prepare(ctx, id) {
+            Ok(ranges) => wants.push(WantFile { id, ranges }),
+            Err(err) => {
+                let msg = err.message.clone();
+                ctx.p.progress.error(err);
+                ctx.writer.send(&Control::FileError { id, side: Side::Destination, message: msg })?;
+                mark_done(ctx, id, false);
+            }
+        }
+    }
+    if !wants.is_empty() {
+        ctx.writer.send(&Control::Want(wants))?;
+    }
+    Ok(())
+}
+
+/// Sets up the sink of a file and works out which chunks to ask for, resuming from its journal.
+fn prepare(ctx: &mut Ctx, id: u64) -> Result<Vec<(u64, u32)>, TransferError> {
+    let chunk_size = ctx.p.options.chunk_size;
+    let (rel, e) = {
+        let f = &ctx.files[&id];
+        (f.rel.clone(), f.entry.clone())
+    };
+    let display = ctx.root.as_ref().unwrap().display(&rel);
+    let io = |what: &str, err: &std::io::Error| TransferError::io(Side::Destination, display.clone(), what, err);
+    let dir = dir_fd(ctx, parent(&rel)).map_err(|err| io("cannot open the directory", &err))?;
+    let name = file_name(&rel);
+    let (tmp, jname) = fsops::temp_names(name);
+    let chunks = chunk_count(e.size, chunk_size);
+    let mut assembly = Assembly::new(e.size, chunk_size);
+    let mut journal = None;
+    let mut fresh = true;
+    let retry = ctx.files[&id].file_retries > 0;
+    if chunks > 1 && !retry {
+        let header = JournalHeader { size: e.size, mtime_s: e.mtime_s, mtime_ns: e.mtime_ns, chunk_size };
+        if let Some((h, records)) = Journal::read(&*dir, &jname).map_err(|err| io("cannot read journal", &err))?
+            && h == header
+            && let Ok(part) = fsops::open_read(&*dir, &tmp)
+        {
+            // Re-hash what the journal claims: after a power loss it may claim more than
+            // reached the disk (docs/journal.md).
+            let mut buf = vec![0u8; chunk_size as usize];
+            let mut reused = 0u64;
+            for (index, hash) in records {
+                if index >= chunks || assembly.verified().contains(index) {
+                    continue;
+                }
+                let (off, len) = chunk_range(e.size, chunk_size, index);
+                if part.read_exact_at(&mut buf[..len as usize], off).is_ok() && chunk_hash(&buf[..len as usize]) == hash {
+                    let _ = assembly.record(index, hash);
+                    reused += len as u64;
+                }
+            }
+            Progress::add(&ctx.p.progress.bytes_skipped, reused);
+            fresh = false;
+            journal = Some(Journal::reopen(&*dir, &jname).map_err(|err| io("cannot open journal", &err))?);
+        }
+        if journal.is_none() {
+            fsops::unlink_at(&*dir, &tmp).map_err(|err| io("cannot remove stale temporary", &err))?;
+            journal = Some(Journal::create(&*dir, &jname, &header).map_err(|err| io("cannot create journal", &err))?);
+        }
+    } else {
+        fsops::unlink_at(&*dir, &tmp).map_err(|err| io("cannot remove stale temporary", &err))?;
+        if retry {
+            fsops::unlink_at(&*dir, &jname).map_err(|err| io("cannot remove journal", &err))?;
+        }
+    }
+    let preserve = ctx.p.options.preserve();
+    let sink = Arc::new(Sink {
+        parent: dir,
+        tmp,
+        final_name: name.to_vec(),
+        journal_name: jname,
+        display,
+        size: e.size,
+        chunks,
+        mode: preserve.then_some(e.mode),
+        mtime: preserve.then_some((e.mtime_s, e.mtime_ns)),
+        fresh,
+        file: OnceLock::new(),
+        journal,
+    });
+    let ranges = assembly.verified().missing_ranges(u32::MAX);
+    let missing: u64 = ranges.iter().flat_map(|&(s, c)| s..s + c as u64).map(|i| chunk_range(e.size, chunk_size, i).1 as u64).sum();
+    ctx.sinks.write().unwrap().insert(id, sink);
+    let f = ctx.files.get_mut(&id).unwrap();
+    f.state = State::Receiving;
+    f.outstanding = missing;
+    f.assembly = Some(assembly);
+    ctx.outstanding_bytes += missing;
+    ctx.outstanding_files += 1;
+    Ok(ranges)
+}
+
+/// After every file: symlinks, directory metadata, `--delete`, the resume marker.
+fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
+    if ctx.p.options.dry_run() {
+        if ctx.p.options.delete()
+            && let Some(l) = &ctx.layout
+            && l.mirror
+        {
+            for rel in extras(&l.root, &ctx.keep) {
+                ctx.writer.send(&Control::Plan { action: PlanAction::Delete, path: rel })?;
+            }
+        }
+        return Ok(());
+    }
+    let Some(root) = ctx.root.as_ref() else { return Ok(()) };
+    for link in std::mem::take(&mut ctx.symlinks) {
+        let display = root.display(&link.path);
+        let r = (|| -> std::io::Result<()> {
+            let dir = root.dir(parent(&link.path))?;
+            let name = file_name(&link.path);
+            let (tmp, _) = fsops::temp_names(name);
+            fsops::unlink_at(&dir, &tmp)?;
+            fsops::symlink_at(&link.target, &dir, &tmp)?;
+            if ctx.p.options.preserve() {
+                fsops::set_meta_at(&dir, &tmp, None, Some((link.mtime_s, link.mtime_ns)), true)?;
+            }
+            if let Some(st) = fsops::stat_at(&dir, name)?
+                && st.st_mode & libc::S_IFMT == libc::S_IFDIR
+            {
+                return Err(std::io::Error::from_raw_os_error(libc::EISDIR));
+            }
+            fsops::rename_at(&dir, &tmp, name)
+        })();
+        match r {
+            Ok(()) => ctx.summary.files_done += 0,
+            Err(e) => ctx.p.progress.error(TransferError::io(Side::Destination, display, "cannot create symlink", &e)),
+        }
+    }
+    // Deepest first, so setting a child's mtime does not disturb its parent's.
+    ctx.dir_meta.sort_by_key(|(rel, ..)| std::cmp::Reverse(rel.iter().filter(|&&b| b == b'/').count() + usize::from(!rel.is_empty())));
+    for (rel, mode, s, ns) in std::mem::take(&mut ctx.dir_meta) {
+        let r = if rel.is_empty() {
+            root.dir(b"").and_then(|fd| fsops::set_meta_at(&fd, b".", Some(mode), Some((s, ns)), false))
+        } else {
+            root.dir(parent(&rel)).and_then(|fd| fsops::set_meta_at(&fd, file_name(&rel), Some(mode), Some((s, ns)), false))
+        };
+        if let Err(e) = r {
+            ctx.p.progress.error(TransferError::io(Side::Destination, root.display(&rel), "cannot set directory metadata", &e));
+        }
+    }
+    let l = ctx.layout.as_ref().unwrap();
+    if ctx.p.options.delete() && l.mirror {
+        if ctx.source_errors {
+            ctx.p.progress.error(TransferError::fatal(Side::Source, "some source files could not be read, so --delete removed nothing (fix the errors and re-run)"));
+        } else {
+            for rel in extras(&l.root, &ctx.keep) {
+                let path = l.root.join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&rel));
+                let r = match std::fs::symlink_metadata(&path) {
+                    Ok(m) if m.is_dir() => std::fs::remove_dir_all(&path),
+                    Ok(_) => std::fs::remove_file(&path),
+                    Err(e) => Err(e),
+                };
+                match r {
+                    Ok(()) => {
+                        ctx.summary.deleted += 1;
+                        Progress::add(&ctx.p.progress.deleted, 1);
+                    }
+                    Err(e) => ctx.p.progress.error(TransferError::io(Side::Destination, path.display().to_string(), "cannot delete", &e)),
+                }
+            }
+        }
+    }
+    if ctx.summary.files_failed == 0
+        && let Some(m) = &l.marker
+    {
+        let _ = std::fs::remove_file(m);
+    }
+    Ok(())
+}
+
+/// Entries under `root` that the manifest does not name (top-most only; not our temporaries).
+fn extras(root: &std::path::Path, keep: &HashSet<Vec<u8>>) -> Vec<Vec<u8>> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = Vec::new();
+    let mut stack = vec![(root.to_path_buf(), Vec::<u8>::new())];
+    while let Some((dir, rel)) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else { continue };
+        let mut items: Vec<_> = rd.filter_map(|e| e.ok()).collect();
+        items.sort_by_key(|e| e.file_name());
+        for item in items {
+            let name = item.file_name();
+            let name = name.as_bytes();
+            if fsops::is_temp_name(name) || name == layout::MARKER.as_bytes() {
+                continue;
+            }
+            let r = if rel.is_empty() { name.to_vec() } else { [&rel[..], b"/", name].concat() };
+            if !keep.contains(&r) {
+                out.push(r);
+            } else if item.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push((item.path(), r));
+            }
+        }
+    }
+    out
+}
+
+/// One data stream: read chunk frames, verify, write. Exits at end of stream.
+fn recv_worker(conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_size: u32, ending: Arc<std::sync::atomic::AtomicBool>) {
+    let index = conn.index;
+    let tag_key = conn.tag_key;
+    let mut r = BufReader::with_capacity(256 << 10, conn.stream);
+    let mut buf = vec![0u8; chunk_size as usize];
+    let mut seq = 0u64;
+    let fail = |msg: String| {
+        if !ending.load(Relaxed) {
+            let _ = events.send(Event::StreamFailed(TransferError::network(format!("data stream {index}: {msg}"))));
+        }
+    };
+    loop {
+        let mut head = [0u8; HEADER_LEN];
+        match r.read_exact(&mut head) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                fail("the peer closed the connection".into());
+                return;
+            }
+            Err(e) => return fail(err_text(&e)),
+        }
+        let frame = FrameHeader::parse(head, tern_proto::data::max_data_frame(chunk_size));
+        let len = match frame.and_then(|f| chunk_data_len(f, chunk_size)) {
+            Ok(n) => n,
+            Err(e) => return fatal(&events, format!("protocol error on data stream {index}: {e}")),
+        };
+        let mut hb = [0u8; ChunkHeader::LEN];
+        if let Err(e) = r.read_exact(&mut hb) {
+            return fail(err_text(&e));
+        }
+        let h = ChunkHeader::decode(&hb);
+        if let Some(key) = &tag_key
+            && !tern_proto::auth::proofs_equal(&h.compute_tag(key, seq), &h.tag)
+        {
+            return fatal(&events, format!("data stream {index} failed authentication (injected or reordered data); refusing it"));
+        }
+        seq += 1;
+        let data = &mut buf[..len];
+        if let Err(e) = r.read_exact(data) {
+            return fail(err_text(&e));
+        }
+        let hash = chunk_hash(data);
+        if hash != h.hash {
+            let _ = events.send(Event::ChunkBad { id: h.file_id, index: h.index, len: len as u32 });
+            continue;
+        }
+        let Some(sink) = sinks.read().unwrap().get(&h.file_id).cloned() else {
+            return fatal(&events, format!("data stream {index}: chunk for a file that was not requested"));
+        };
+        let (off, want_len) = chunk_range(sink.size, chunk_size, h.index);
+        if h.index >= sink.chunks || off != h.offset || want_len as usize != len {
+            return fatal(&events, format!("data stream {index}: chunk {} does not fit its file", h.index));
+        }
+        let file = match sink.file() {
+            Ok(f) => f,
+            Err(msg) => {
+                let _ = events.send(Event::WriteFailed { id: h.file_id, error: std::io::Error::other(msg), what: "cannot write" });
+                continue;
+            }
+        };
+        // Zero chunks of a new file stay holes; the finalizer sets the length.
+        if !(sink.fresh && is_zero(data))
+            && let Err(e) = file.write_all_at(data, off)
+        {
+            let _ = events.send(Event::WriteFailed { id: h.file_id, error: e, what: "write failed" });
+            continue;
+        }
+        if let Some(j) = &sink.journal
+            && let Err(e) = j.append(h.index, &hash)
+        {
+            let _ = events.send(Event::WriteFailed { id: h.file_id, error: e, what: "cannot write journal" });
+            continue;
+        }
+        let whole = h.flags & FLAG_WHOLE_FILE != 0;
+        let _ = events.send(Event::ChunkOk { id: h.file_id, index: h.index, hash, len: len as u32, whole });
+    }
+}
+
+fn fatal(events: &Sender<Event>, msg: String) {
+    let _ = events.send(Event::StreamFailed(TransferError::fatal(Side::Network, msg)));
+}
+
+/// Makes verified files durable in batches, then renames them into place.
+fn finalizer(rx: Receiver<(u64, Arc<Sink>, Option<[u8; 32]>)>, events: Sender<Event>, fsync: bool, verify_full: bool, chunk_size: u32, root: Arc<OnceLock<PathBuf>>) {
+    const MAX_FILES: usize = 512;
+    const MAX_BYTES: u64 = 1 << 30;
+    const MAX_WAIT: Duration = Duration::from_millis(200);
+    let mut batch: Vec<(u64, Arc<Sink>)> = Vec::new();
+    let mut bytes = 0u64;
+    let mut first: Option<Instant> = None;
+    let mut open = true;
+    while open || !batch.is_empty() {
+        let timeout = first.map_or(Duration::from_secs(3600), |t| MAX_WAIT.saturating_sub(t.elapsed()));
+        match rx.recv_timeout(if open { timeout } else { Duration::ZERO }) {
+            Ok((id, sink, expected)) => {
+                let Some(expected) = expected else {
+                    let _ = events.send(Event::FinalizeFailed { id, message: format!("{MISMATCH} does not match the source's; resending the file") });
+                    continue;
+                };
+                match prepare_final(&sink, verify_full, chunk_size, &expected) {
+                    Ok(()) => {
+                        bytes += sink.size;
+                        batch.push((id, sink));
+                        first.get_or_insert_with(Instant::now);
+                    }
+                    Err(message) => {
+                        let _ = events.send(Event::FinalizeFailed { id, message });
+                    }
+                }
+                if batch.len() < MAX_FILES && bytes < MAX_BYTES && first.is_some_and(|t| t.elapsed() < MAX_WAIT) {
+                    continue;
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => open = false,
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        if fsync && let Some(root) = root.get() {
+            // One syncfs makes the whole batch durable before any of it is renamed.
+            if let Ok(r) = DestRoot::open(root) {
+                let _ = r.syncfs();
+            }
+        }
+        for (id, sink) in batch.drain(..) {
+            match fsops::rename_at(&*sink.parent, &sink.tmp, &sink.final_name) {
+                Ok(()) => {
+                    if sink.journal.is_some() {
+                        let _ = fsops::unlink_at(&*sink.parent, &sink.journal_name);
+                    }
+                    let _ = events.send(Event::Finalized { id });
+                }
+                Err(e) => {
+                    let _ = events.send(Event::FinalizeFailed { id, message: format!("cannot rename into place: {}", err_text(&e)) });
+                }
+            }
+        }
+        bytes = 0;
+        first = None;
+    }
+}
+
+/// Length, metadata and (with `--verify full`) a re-read from storage, before the rename.
+fn prepare_final(sink: &Sink, verify_full: bool, chunk_size: u32, expected: &[u8; 32]) -> Result<(), String> {
+    let file = sink.file()?;
+    let io = |what: &str, e: std::io::Error| format!("{what}: {}", err_text(&e));
+    file.set_len(sink.size).map_err(|e| io("cannot set length", e))?;
+    if verify_full {
+        file.sync_data().map_err(|e| io("cannot flush", e))?;
+        // Drop our cached pages so the re-read comes from storage, not memory.
+        unsafe {
+            libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(file), 0, 0, libc::POSIX_FADV_DONTNEED);
+        }
+        let have = hash_file(file, sink.size, chunk_size).map_err(|e| io("cannot re-read for verification", e))?;
+        if &have != expected {
+            return Err(format!("{MISMATCH} of the written data does not match on re-read (--verify full); storage corrupted it"));
+        }
+    }
+    fsops::set_meta(file, sink.mode, sink.mtime).map_err(|e| io("cannot set mode/mtime", e))?;
+    let _ = &sink.display;
+    Ok(())
+}

@@ -1,0 +1,297 @@
+//! The serving end of a session: a `tern serve` daemon connection, or `tern` started over ssh.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
+use tern_proto::Control;
+use tern_proto::msg::{Role, Summary};
+
+use crate::control::{CtrlReader, CtrlWriter};
+use crate::datastream::{DataConn, PendingStream, StreamAuth, accept_stream};
+use crate::error::{Side, TransferError};
+use crate::progress::Progress;
+use crate::receiver::{ReceiverParams, Receiving};
+use crate::sender::{SendMemory, SenderParams, Sending};
+use crate::transport::{ControlHalves, random, tls_control_server, tune_socket};
+use crate::walk::SourceSpec;
+
+/// Where a server may read and write.
+#[derive(Clone, Debug)]
+pub enum Roots {
+    /// ssh mode: the user's own account; relative paths start at `$HOME`, like scp.
+    Home(PathBuf),
+    /// daemon mode: only under these roots. One root appears as `/`; several as `/NAME`.
+    Confined(Vec<(String, PathBuf)>),
+}
+
+impl Roots {
+    /// Resolves a client's path. Refuses `..` and anything that leaves the roots through a
+    /// symlink (checked on the deepest part that exists).
+    pub fn resolve(&self, wire: &[u8]) -> Result<PathBuf, TransferError> {
+        let s = std::ffi::OsStr::from_bytes(wire);
+        match self {
+            Roots::Home(home) => {
+                let p = Path::new(s);
+                if let Ok(rest) = p.strip_prefix("~") {
+                    return Ok(home.join(rest));
+                }
+                Ok(if p.is_absolute() { p.to_path_buf() } else { home.join(p) })
+            }
+            Roots::Confined(roots) => {
+                let mut parts = Vec::new();
+                for c in Path::new(s).components() {
+                    match c {
+                        Component::Normal(n) => parts.push(n.to_os_string()),
+                        Component::RootDir | Component::CurDir => {}
+                        Component::ParentDir | Component::Prefix(_) => {
+                            return Err(refuse(wire, "'..' is not allowed in daemon paths"));
+                        }
+                    }
+                }
+                let (root, rest) = if roots.len() == 1 {
+                    (&roots[0].1, &parts[..])
+                } else {
+                    let Some(first) = parts.first() else {
+                        let names: Vec<_> = roots.iter().map(|r| format!("/{}", r.0)).collect();
+                        return Err(refuse(wire, &format!("this daemon serves several roots; name one of {}", names.join(", "))));
+                    };
+                    match roots.iter().find(|r| r.0.as_bytes() == first.as_bytes()) {
+                        Some(r) => (&r.1, &parts[1..]),
+                        None => return Err(refuse(wire, "no such root on this daemon")),
+                    }
+                };
+                let mut path = root.clone();
+                path.extend(rest);
+                let canon_root = root.canonicalize().map_err(|e| TransferError::io(Side::Destination, root.display().to_string(), "daemon root unavailable", &e).into_fatal())?;
+                let mut probe = path.clone();
+                loop {
+                    if let Ok(c) = probe.canonicalize() {
+                        if !c.starts_with(&canon_root) {
+                            return Err(refuse(wire, "leaves the daemon's root through a symlink"));
+                        }
+                        break;
+                    }
+                    if !probe.pop() {
+                        break;
+                    }
+                }
+                Ok(path)
+            }
+        }
+    }
+}
+
+fn refuse(wire: &[u8], why: &str) -> TransferError {
+    TransferError::fatal(Side::Network, format!("{}: {why}; refused", String::from_utf8_lossy(wire)))
+}
+
+/// Base name a source gets at the destination; `None` copies its contents (`src/.`, `/`).
+pub fn source_spec(path: &Path, contents: bool) -> SourceSpec {
+    let bytes = path.as_os_str().as_bytes();
+    let trimmed = {
+        let mut b = bytes;
+        while b.len() > 1 && b.ends_with(b"/") {
+            b = &b[..b.len() - 1];
+        }
+        b
+    };
+    let is_contents = contents || trimmed == b"." || trimmed.ends_with(b"/.") || trimmed == b"/";
+    let base = if is_contents {
+        None
+    } else {
+        let p = Path::new(std::ffi::OsStr::from_bytes(trimmed));
+        let name = p.file_name().map(|n| n.as_bytes().to_vec()).or_else(|| p.canonicalize().ok().and_then(|c| c.file_name().map(|n| n.as_bytes().to_vec())));
+        name
+    };
+    SourceSpec { path: path.to_path_buf(), base }
+}
+
+/// Serves one session on an established control channel. `streams` delivers the data streams
+/// that name `session_id`.
+pub fn serve_session(
+    halves: ControlHalves,
+    exporter: [u8; 32],
+    secret_key: [u8; 32],
+    roots: &Roots,
+    session_id: [u8; 16],
+    data_addr: String,
+    streams: Receiver<PendingStream>,
+    progress: Arc<Progress>,
+) -> Result<Summary, TransferError> {
+    let mut reader = CtrlReader::new(halves.reader);
+    let writer = Arc::new(CtrlWriter::new(halves.writer));
+    let key = crate::handshake::server(&mut reader, &writer, &secret_key, &exporter)?;
+    let (role, options, sources, destination) = match reader.recv()? {
+        Control::Open { server_role, options, sources, destination } => (server_role, options, sources, destination),
+        _ => return Err(TransferError::fatal(Side::Network, "expected an open request")),
+    };
+    let prepared = (|| -> Result<_, TransferError> {
+        Ok(match role {
+            Role::Sender => {
+                let specs = sources.iter().map(|s| roots.resolve(s).map(|p| source_spec(&p, options.contents()))).collect::<Result<Vec<_>, _>>()?;
+                crate::walk::check_sources(&specs, options.recursive())?;
+                (specs, PathBuf::new())
+            }
+            Role::Receiver => (Vec::new(), roots.resolve(&destination)?),
+        })
+    })();
+    let (specs, dest) = match prepared {
+        Ok(x) => x,
+        Err(e) => {
+            let _ = writer.send(&Control::Fatal { side: e.side, message: e.message_with_path() });
+            return Err(e);
+        }
+    };
+    writer.send(&Control::Ready { session_id, data_addr: data_addr.into_bytes(), nonce: random() })?;
+    let auth = StreamAuth { session_id, session_key: key, encrypt: !options.no_encrypt() };
+    let mut conns = Vec::new();
+    for _ in 0..options.streams {
+        let pending = streams.recv_timeout(Duration::from_secs(30)).map_err(|_| TransferError::network("the client did not open its data streams within 30 s (a firewall between the hosts? try --reverse)"))?;
+        match pending.finish(&auth) {
+            Ok(c) => conns.push(c),
+            Err(e) => return Err(TransferError::network(format!("data stream: {e}"))),
+        }
+    }
+    let forward = move |add: Box<dyn Fn(DataConn) + Send>| {
+        thread::spawn(move || {
+            for pending in streams.iter() {
+                if let Ok(c) = pending.finish(&auth) {
+                    add(c);
+                }
+            }
+        });
+    };
+    match role {
+        Role::Sender => {
+            let sending = Sending::new();
+            let feed = sending.feed();
+            forward(Box::new(move |c| feed.add(c)));
+            let params = SenderParams { sources: specs, options, progress, memory: Arc::new(Mutex::new(SendMemory::default())), rate: None };
+            sending.run(reader, writer, conns, params)
+        }
+        Role::Receiver => {
+            let receiving = Receiving::new();
+            let feed = receiving.feed();
+            forward(Box::new(move |c| feed.add(c)));
+            let params = ReceiverParams {
+                destination: dest,
+                multi_source: sources.len() > 1,
+                options,
+                progress,
+                window_bytes: crate::session::WINDOW_BYTES,
+                window_files: crate::session::WINDOW_FILES,
+            };
+            receiving.run(reader, writer, conns, params)
+        }
+    }
+}
+
+type Registry = Arc<Mutex<HashMap<[u8; 16], Sender<PendingStream>>>>;
+
+/// `tern serve`: accepts control and data connections on one port until the process ends.
+pub fn serve_daemon(listener: TcpListener, roots: Roots, secret: Vec<u8>) -> std::io::Result<()> {
+    let registry: Registry = Arc::default();
+    let key = tern_proto::auth::token_key(&secret);
+    for conn in listener.incoming() {
+        let Ok(sock) = conn else { continue };
+        let (registry, roots) = (registry.clone(), roots.clone());
+        thread::spawn(move || {
+            let peer = sock.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+            if let Err(e) = daemon_connection(sock, &registry, &roots, &key) {
+                tracing::warn!("{peer}: {e}");
+            }
+        });
+    }
+    Ok(())
+}
+
+fn daemon_connection(sock: TcpStream, registry: &Registry, roots: &Roots, key: &[u8; 32]) -> Result<(), TransferError> {
+    let _ = sock.set_read_timeout(Some(Duration::from_secs(30)));
+    let mut kind = [0u8; 1];
+    (&sock).read_exact(&mut kind).map_err(crate::control::net_err)?;
+    match kind[0] {
+        b'C' => {
+            tune_socket(&sock, None);
+            let local = sock.local_addr().map_err(crate::control::net_err)?;
+            let (halves, exporter) = tls_control_server(sock.try_clone().map_err(crate::control::net_err)?).map_err(crate::control::net_err)?;
+            let _ = sock.set_read_timeout(None);
+            let session_id = random::<16>();
+            let (tx, rx) = unbounded();
+            registry.lock().unwrap().insert(session_id, tx);
+            let progress = Arc::new(Progress::default());
+            let r = serve_session(halves, exporter, *key, roots, session_id, local.to_string(), rx, progress);
+            registry.lock().unwrap().remove(&session_id);
+            match &r {
+                Ok(s) => tracing::info!("session done: {} files, {} bytes", s.files_done, s.bytes_written),
+                Err(e) => tracing::warn!("session ended: {e}"),
+            }
+            r.map(|_| ())
+        }
+        b'D' | b'P' => {
+            let pending = accept_stream(sock, kind[0]).map_err(|e| TransferError::network(format!("data stream: {e}")))?;
+            let tx = registry.lock().unwrap().get(&pending.hello.session_id).cloned();
+            match tx {
+                Some(tx) => {
+                    let _ = tx.send(pending);
+                    Ok(())
+                }
+                None => Err(TransferError::network("data stream for an unknown session; dropped")),
+            }
+        }
+        other => Err(TransferError::fatal(Side::Network, format!("unknown connection kind byte {other}; not a tern client"))),
+    }
+}
+
+/// `tern _remote`: the far end of an ssh-mode session. The control channel is stdin/stdout;
+/// the first line on stdin is the session secret; data streams arrive on a fresh port.
+pub fn serve_remote(port_range: Option<(u16, u16)>) -> Result<(), TransferError> {
+    let mut stdin = BufReader::new(std::io::stdin());
+    let mut line = String::new();
+    stdin.read_line(&mut line).map_err(crate::control::net_err)?;
+    let secret = line.trim().strip_prefix("TERN-SECRET ").ok_or_else(|| TransferError::fatal(Side::Network, "expected the session secret on stdin"))?.to_string();
+    let listener = bind_range(port_range).map_err(|e| TransferError::fatal(Side::Network, format!("cannot listen for data streams: {e} (choose another --port-range)")))?;
+    let port = listener.local_addr().map_err(crate::control::net_err)?.port();
+    // The address ssh reached us on is the one the client can reach for data, too.
+    let ip = std::env::var("SSH_CONNECTION").ok().and_then(|v| v.split_whitespace().nth(2).map(str::to_string)).unwrap_or_default();
+    let data_addr = if ip.contains(':') { format!("[{ip}]:{port}") } else { format!("{ip}:{port}") };
+    let (tx, rx) = bounded(64);
+    thread::spawn(move || {
+        for sock in listener.incoming().flatten() {
+            let tx = tx.clone();
+            thread::spawn(move || {
+                let mut kind = [0u8; 1];
+                if (&sock).read_exact(&mut kind).is_ok()
+                    && let Ok(p) = accept_stream(sock, kind[0])
+                {
+                    let _ = tx.send(p);
+                }
+            });
+        }
+    });
+    let halves = ControlHalves { reader: Box::new(stdin), writer: Box::new(std::io::stdout()), closer: crate::transport::Closer::noop() };
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
+    let session_id = random::<16>();
+    let key = tern_proto::auth::token_key(secret.as_bytes());
+    serve_session(halves, [0; 32], key, &Roots::Home(home), session_id, data_addr, rx, Arc::new(Progress::default())).map(|_| ())
+}
+
+fn bind_range(range: Option<(u16, u16)>) -> std::io::Result<TcpListener> {
+    let (lo, hi) = range.unwrap_or((0, 0));
+    let mut last = None;
+    for port in lo..=hi {
+        for addr in [format!("[::]:{port}"), format!("0.0.0.0:{port}")] {
+            match TcpListener::bind(&addr) {
+                Ok(l) => return Ok(l),
+                Err(e) => last = Some(e),
+            }
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("empty port range")))
+}

@@ -1,0 +1,150 @@
+//! Walking the source: builds manifest entries in parent-before-child order, never following
+//! symlinks (they are sent as links).
+
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use tern_proto::EntryKind;
+
+use crate::error::{Side, TransferError};
+
+/// One source argument: where it is, and the name it gets at the destination (`None` copies its
+/// contents, as `src/.` does).
+#[derive(Debug, Clone)]
+pub struct SourceSpec {
+    pub path: PathBuf,
+    pub base: Option<Vec<u8>>,
+}
+
+/// A manifest entry on the sending side, with the local path to read.
+#[derive(Debug, Clone)]
+pub struct SrcFile {
+    pub kind: EntryKind,
+    pub rel: Vec<u8>,
+    pub path: PathBuf,
+    pub size: u64,
+    pub mode: u32,
+    pub mtime_s: i64,
+    pub mtime_ns: u32,
+    pub target: Vec<u8>,
+}
+
+fn describe(path: &Path, md: &fs::Metadata) -> Option<SrcFile> {
+    let ft = md.file_type();
+    let (kind, target) = if ft.is_file() {
+        (EntryKind::File, Vec::new())
+    } else if ft.is_dir() {
+        (EntryKind::Dir, Vec::new())
+    } else if ft.is_symlink() {
+        (EntryKind::Symlink, fs::read_link(path).ok()?.as_os_str().as_bytes().to_vec())
+    } else {
+        return None;
+    };
+    Some(SrcFile {
+        kind,
+        rel: Vec::new(),
+        path: path.to_path_buf(),
+        size: if kind == EntryKind::File { md.size() } else { 0 },
+        mode: md.mode() & 0o7777,
+        mtime_s: md.mtime(),
+        mtime_ns: md.mtime_nsec() as u32,
+        target,
+    })
+}
+
+fn join(rel: &[u8], name: &[u8]) -> Vec<u8> {
+    if rel.is_empty() { name.to_vec() } else { [rel, b"/", name].concat() }
+}
+
+/// Checks the top-level sources before anything is sent, so a typo fails fast and clearly.
+pub fn check_sources(sources: &[SourceSpec], recursive: bool) -> Result<(), TransferError> {
+    for s in sources {
+        let md = fs::symlink_metadata(&s.path)
+            .map_err(|e| TransferError::io(Side::Source, s.path.display().to_string(), "cannot read", &e).into_fatal())?;
+        if md.is_dir() && !recursive {
+            return Err(TransferError::fatal(Side::Source, format!("{} is a directory (use -r to copy directories)", s.path.display())));
+        }
+    }
+    Ok(())
+}
+
+/// Walks every source, calling `emit` for each entry and `warn` for entries that cannot be read
+/// (those are reported and skipped; the walk goes on). Stops early if `emit` returns false.
+pub fn walk(
+    sources: &[SourceSpec],
+    recursive: bool,
+    emit: &mut dyn FnMut(SrcFile) -> bool,
+    warn: &mut dyn FnMut(TransferError),
+) -> Result<(), TransferError> {
+    check_sources(sources, recursive)?;
+    for s in sources {
+        let md = fs::symlink_metadata(&s.path).map_err(|e| TransferError::io(Side::Source, s.path.display().to_string(), "cannot read", &e))?;
+        let Some(mut root) = describe(&s.path, &md) else {
+            warn(TransferError::file(Side::Source, s.path.display().to_string(), "not a regular file, directory or symlink; skipped"));
+            continue;
+        };
+        let rel = s.base.clone().unwrap_or_default();
+        if s.base.is_none() && root.kind != EntryKind::Dir {
+            return Err(TransferError::fatal(Side::Source, format!("{} is not a directory, so it has no contents to copy", s.path.display())));
+        }
+        let is_dir = root.kind == EntryKind::Dir;
+        root.rel = rel.clone();
+        if (s.base.is_some() || !is_dir) && !emit(root) {
+            return Ok(());
+        }
+        if is_dir && !walk_dir(&s.path, &rel, emit, warn) {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// Depth-first, names sorted for a deterministic order. Returns false if `emit` asked to stop.
+fn walk_dir(dir: &Path, rel: &[u8], emit: &mut dyn FnMut(SrcFile) -> bool, warn: &mut dyn FnMut(TransferError)) -> bool {
+    let mut stack: Vec<(PathBuf, Vec<u8>)> = vec![(dir.to_path_buf(), rel.to_vec())];
+    while let Some((dir, rel)) = stack.pop() {
+        let rd = match fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) => {
+                warn(TransferError::io(Side::Source, dir.display().to_string(), "cannot list directory", &e));
+                continue;
+            }
+        };
+        let mut names: Vec<_> = rd.filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
+        names.sort();
+        let mut subdirs = Vec::new();
+        for name in names {
+            let path = dir.join(&name);
+            let md = match fs::symlink_metadata(&path) {
+                Ok(md) => md,
+                Err(e) => {
+                    warn(TransferError::io(Side::Source, path.display().to_string(), "cannot read", &e));
+                    continue;
+                }
+            };
+            let Some(mut f) = describe(&path, &md) else {
+                warn(TransferError::file(Side::Source, path.display().to_string(), "not a regular file, directory or symlink; skipped"));
+                continue;
+            };
+            f.rel = join(&rel, name.as_bytes());
+            if f.kind == EntryKind::Dir {
+                subdirs.push((path, f.rel.clone()));
+            }
+            if !emit(f) {
+                return false;
+            }
+        }
+        // Reverse so the stack pops them in name order.
+        stack.extend(subdirs.into_iter().rev());
+    }
+    true
+}
+
+impl TransferError {
+    pub fn into_fatal(mut self) -> Self {
+        self.scope = crate::error::Scope::Fatal;
+        self
+    }
+}

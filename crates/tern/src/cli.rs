@@ -1,0 +1,319 @@
+//! Argument definitions and their translation into engine settings.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use tern_engine::endpoint::Endpoint;
+use tern_engine::progress::Progress;
+use tern_engine::server::Roots;
+use tern_engine::session::{ClientSpec, SshOptions};
+use tern_proto::Options;
+
+use crate::output;
+
+#[derive(Parser)]
+#[command(name = "tern", version, about = "Move scientific data at the speed of the network, as simply as scp")]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    /// More log output (-v info, -vv debug), on stderr.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Copy files and directories: SRC... DST, each a path, [user@]host:path or tern://host[:port]/path.
+    Cp(CpArgs),
+    /// Make DST a mirror of SRC's contents: skips identical files (size+mtime, or --checksum).
+    Sync(SyncArgs),
+    /// Run a daemon serving its roots to clients holding the token.
+    Serve(ServeArgs),
+    /// (internal) the far end of an ssh-mode transfer; speaks the protocol on stdin/stdout.
+    #[command(name = "_remote", hide = true)]
+    Remote {
+        #[arg(long, value_parser = parse_range)]
+        port_range: Option<(u16, u16)>,
+    },
+}
+
+#[derive(Args)]
+struct CpArgs {
+    /// Copy directories recursively.
+    #[arg(short, long)]
+    recursive: bool,
+    /// Sources, then the destination.
+    #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
+    paths: Vec<String>,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args)]
+struct SyncArgs {
+    src: String,
+    dst: String,
+    /// Compare content hashes instead of size and mtime (reads both sides).
+    #[arg(long)]
+    checksum: bool,
+    /// Delete destination files that are not in the source.
+    #[arg(long)]
+    delete: bool,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum Verify {
+    /// Hash every chunk as it is received and the whole file before the rename.
+    Stream,
+    /// Also re-read the written data from storage before declaring success.
+    Full,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum Fsync {
+    /// Make files durable in batches (one syncfs) before renaming them into place.
+    Batch,
+    /// Skip syncing: a crash of the OS may lose recently renamed files.
+    None,
+}
+
+#[derive(Args)]
+struct Common {
+    /// Parallel TCP data streams (default: start at 4 and add while throughput grows).
+    #[arg(long)]
+    streams: Option<u16>,
+    /// Chunk size for striping and verification, e.g. 4M.
+    #[arg(long, value_parser = parse_size, default_value = "4M")]
+    chunk_size: u64,
+    /// Cap the rate, e.g. 100M (bytes/s) or 800Mbit.
+    #[arg(long, value_parser = parse_rate)]
+    bwlimit: Option<u64>,
+    /// Send data unencrypted (every chunk stays authenticated with keyed BLAKE3).
+    #[arg(long)]
+    no_encrypt: bool,
+    #[arg(long, value_enum, default_value = "stream")]
+    verify: Verify,
+    /// Keep mode and mtime (the default).
+    #[arg(long, overrides_with = "no_preserve")]
+    preserve: bool,
+    /// Do not keep mode and mtime.
+    #[arg(long)]
+    no_preserve: bool,
+    #[arg(long, value_enum, default_value = "batch")]
+    fsync: Fsync,
+    /// Show what would be done, change nothing.
+    #[arg(short = 'n', long)]
+    dry_run: bool,
+    /// Print one JSON summary object on stdout at the end.
+    #[arg(long)]
+    json: bool,
+    /// No progress display.
+    #[arg(short, long)]
+    quiet: bool,
+    /// The ssh command for [user@]host: endpoints, like rsync -e.
+    #[arg(long, env = "TERN_SSH")]
+    ssh: Option<String>,
+    /// tern's path on the remote host.
+    #[arg(long, env = "TERN_REMOTE_BIN")]
+    remote_bin: Option<String>,
+    /// Copy this binary to the remote host's ~/.cache/tern over ssh first.
+    #[arg(long)]
+    install_remote: bool,
+    /// Ports the remote side may listen on for data streams, e.g. 50000-50100.
+    #[arg(long, value_parser = parse_range)]
+    port_range: Option<(u16, u16)>,
+    /// Token file for tern:// daemons.
+    #[arg(long, env = "TERN_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+    /// Set socket buffers explicitly (disables kernel autotuning), e.g. 32M.
+    #[arg(long, value_parser = parse_size)]
+    tcp_buffer: Option<u64>,
+    /// Keep reconnecting after network errors for this many seconds.
+    #[arg(long, default_value = "120")]
+    retry_for: u64,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Address for control and data connections, e.g. 0.0.0.0:7700 or [::]:7700.
+    #[arg(long, default_value = "0.0.0.0:7700")]
+    listen: String,
+    /// A directory to serve: DIR (appears as /) or NAME=DIR (appears as /NAME), repeatable.
+    #[arg(long, required = true)]
+    root: Vec<String>,
+    /// The shared secret clients must prove; created with a random secret if missing.
+    #[arg(long, env = "TERN_TOKEN_FILE")]
+    token_file: PathBuf,
+}
+
+pub fn run(cli: Cli) -> Result<ExitCode> {
+    init_logging(cli.verbose);
+    match cli.command {
+        Command::Cp(a) => {
+            let (dst, srcs) = a.paths.split_last().unwrap();
+            transfer(srcs, dst, a.recursive, false, false, false, &a.common)
+        }
+        Command::Sync(a) => transfer(std::slice::from_ref(&a.src), &a.dst, true, true, a.checksum, a.delete, &a.common),
+        Command::Serve(a) => serve(a),
+        Command::Remote { port_range } => match tern_engine::server::serve_remote(port_range) {
+            Ok(()) => Ok(ExitCode::SUCCESS),
+            Err(e) => {
+                eprintln!("tern (remote): {e}");
+                Ok(ExitCode::from(1))
+            }
+        },
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TERN_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+}
+
+fn transfer(srcs: &[String], dst: &str, recursive: bool, sync: bool, checksum: bool, delete: bool, c: &Common) -> Result<ExitCode> {
+    let sources = srcs.iter().map(|s| Endpoint::parse(s).map_err(anyhow::Error::msg)).collect::<Result<Vec<_>>>()?;
+    let dest = Endpoint::parse(dst).map_err(anyhow::Error::msg)?;
+    let first_host = sources[0].host_key();
+    if sources.iter().any(|s| s.host_key() != first_host) {
+        bail!("all sources must be on the same host (copy from each host separately)");
+    }
+    if !sources[0].is_local() && !dest.is_local() {
+        bail!("both ends are remote; third-party transfers come with `tern submit` (for now run tern on one of the hosts)");
+    }
+    if sync && !sources[0].is_local() && !dest.is_local() {
+        bail!("sync needs one local end");
+    }
+    let chunk_size = u32::try_from(c.chunk_size).ok().filter(|&s| (tern_proto::limits::MIN_CHUNK_SIZE..=tern_proto::limits::MAX_CHUNK_SIZE).contains(&s));
+    let Some(chunk_size) = chunk_size else { bail!("--chunk-size must be between 64K and 64M") };
+    let local = sources[0].is_local() && dest.is_local();
+    let streams = c.streams.unwrap_or(4).clamp(1, 64);
+    let mut options = Options { flags: 0, chunk_size, streams };
+    options.set_recursive(recursive);
+    options.set_sync(sync);
+    options.set_contents(sync);
+    options.set_checksum(checksum);
+    options.set_delete(delete);
+    options.set_dry_run(c.dry_run);
+    options.set_verify_full(c.verify == Verify::Full);
+    options.set_no_encrypt(c.no_encrypt);
+    options.set_preserve(!c.no_preserve);
+    options.set_fsync_none(c.fsync == Fsync::None);
+    let spec = ClientSpec {
+        sources,
+        dest,
+        options,
+        adaptive: c.streams.is_none() && !local,
+        max_streams: 16,
+        ssh: SshOptions {
+            command: c.ssh.as_deref().map(|s| s.split_whitespace().map(str::to_string).collect()).unwrap_or_default(),
+            remote_bin: c.remote_bin.clone(),
+            install_remote: c.install_remote,
+            port_range: c.port_range,
+        },
+        token_file: c.token_file.clone(),
+        bwlimit: c.bwlimit,
+        bufsize: c.tcp_buffer.map(|b| b as usize),
+        retry_for: Duration::from_secs(c.retry_for),
+    };
+    let progress = Arc::new(Progress::default());
+    let display = (!c.quiet && !c.json && std::io::IsTerminal::is_terminal(&std::io::stderr())).then(|| output::Display::start(progress.clone()));
+    let started = Instant::now();
+    let result = tern_engine::session::run(&spec, &progress);
+    let seconds = started.elapsed().as_secs_f64();
+    if let Some(d) = display {
+        d.finish();
+    }
+    Ok(output::report(&progress, result, seconds, c.json, c.dry_run))
+}
+
+fn serve(a: ServeArgs) -> Result<ExitCode> {
+    let mut roots = Vec::new();
+    for r in &a.root {
+        let (name, dir) = match r.split_once('=') {
+            Some((n, d)) if a.root.len() > 1 => (n.to_string(), PathBuf::from(d)),
+            Some((_, d)) => (String::new(), PathBuf::from(d)),
+            None if a.root.len() > 1 => bail!("--root {r}: with several roots, name each one: --root NAME=DIR"),
+            None => (String::new(), PathBuf::from(r)),
+        };
+        if !dir.is_dir() {
+            bail!("--root {}: not a directory", dir.display());
+        }
+        roots.push((name, dir));
+    }
+    let secret = load_or_create_token(&a.token_file)?;
+    let listener = TcpListener::bind(&a.listen).with_context(|| format!("cannot listen on {}", a.listen))?;
+    eprintln!("tern serve: listening on {} for {}", listener.local_addr()?, roots.iter().map(|(n, d)| format!("/{n} = {}", d.display())).collect::<Vec<_>>().join(", "));
+    tern_engine::server::serve_daemon(listener, Roots::Confined(roots), secret)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn load_or_create_token(path: &PathBuf) -> Result<Vec<u8>> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::read(path) {
+        Ok(t) => {
+            let t = t.trim_ascii().to_vec();
+            if t.len() < 16 {
+                bail!("token file {} holds fewer than 16 bytes; use a longer secret", path.display());
+            }
+            Ok(t)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let secret = tern_engine::session::hex(&tern_engine::transport::random::<32>());
+            let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path).with_context(|| format!("cannot create token file {}", path.display()))?;
+            f.write_all(secret.as_bytes())?;
+            f.write_all(b"\n")?;
+            eprintln!("tern serve: created token file {} (give it to clients as --token-file)", path.display());
+            Ok(secret.into_bytes())
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot read token file {}", path.display())),
+    }
+}
+
+/// `4M`, `64k`, `1G`, `1048576`: binary units.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim().trim_end_matches(['B', 'b']).trim_end_matches('i');
+    let (num, mult) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('m' | 'M') => (&t[..t.len() - 1], 1 << 20),
+        Some('g' | 'G') => (&t[..t.len() - 1], 1 << 30),
+        Some('t' | 'T') => (&t[..t.len() - 1], 1 << 40),
+        _ => (t, 1),
+    };
+    let n: f64 = num.parse().map_err(|_| format!("'{s}' is not a size like 4M or 1G"))?;
+    Ok((n * mult as f64) as u64)
+}
+
+/// Bytes per second; `800Mbit` or `1Gbit` are bits per second.
+fn parse_rate(s: &str) -> Result<u64, String> {
+    let t = s.trim().trim_end_matches("/s");
+    if let Some(bits) = t.strip_suffix("bit") {
+        let n = parse_size(bits)?;
+        // Network rates are decimal: 1Gbit = 10^9 bits.
+        let dec = n as f64 / if bits.ends_with(['g', 'G']) { (1u64 << 30) as f64 / 1e9 } else if bits.ends_with(['m', 'M']) { (1u64 << 20) as f64 / 1e6 } else if bits.ends_with(['k', 'K']) { 1024.0 / 1e3 } else { 1.0 };
+        return Ok((dec / 8.0) as u64);
+    }
+    parse_size(t)
+}
+
+fn parse_range(s: &str) -> Result<(u16, u16), String> {
+    let (a, b) = s.split_once('-').unwrap_or((s, s));
+    let lo: u16 = a.parse().map_err(|_| format!("bad port range '{s}'"))?;
+    let hi: u16 = b.parse().map_err(|_| format!("bad port range '{s}'"))?;
+    if lo > hi {
+        return Err(format!("bad port range '{s}'"));
+    }
+    Ok((lo, hi))
+}
