@@ -329,7 +329,10 @@ def iperf(streams, secs, cc=None):
                 "retransmits": e["sum_sent"].get("retransmits"),
                 "cpu_sender_pct": round(e["cpu_utilization_percent"]["host_total"], 1),
                 "cpu_receiver_pct": round(e["cpu_utilization_percent"]["remote_total"], 1),
-                "streams": streams, "seconds": secs}
+                "streams": streams, "seconds": secs,
+                # iperf3's own CPU (sender+receiver) per 10^9 bytes: the plain-TCP reference for the tools' CPU s/GB
+                "cpu_s_per_gb": round((e["cpu_utilization_percent"]["host_total"] + e["cpu_utilization_percent"]["remote_total"])
+                                      / 100 * 8 / (e["sum_received"]["bits_per_second"] / 1e9), 3)}
     except (ValueError, KeyError, subprocess.TimeoutExpired) as ex:
         return {"gbps": None, "error": str(ex)[:200], "streams": streams}
 
@@ -457,8 +460,8 @@ def write_report(results, outbase):
               f"(includes the kernel TCP receive work it performs when it writes into a TUN device); "
               f"ping RTT of the bed with zero configured delay {fmt((dc.get('ping') or {}).get('avg_ms'), 3)} ms. "
               f"Any rate cap well below the ceiling measures the path, not the emulator.", ""]
-    L += ["## Paths", "", "| path | RTT ping min/avg/max ms | iperf3 -P 8 Gb/s (ceiling) | iperf3 -P 1 Gb/s | delay line drops loss/queue/ring | delay line late avg/max µs | delay line CPU s |",
-          "| --- | --- | --- | --- | --- | --- | --- |"]
+    L += ["## Paths", "", "| path | RTT ping min/avg/max ms | iperf3 -P 8 Gb/s (ceiling) | iperf3 -P 1 Gb/s | iperf3 -P 8 CPU s/GB | delay line drops loss/queue/ring | delay line late avg/max µs | delay line CPU s |",
+          "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for path, pr in results["paths"].items():
         pg = pr.get("ping") or {}
         dl = pr.get("delayline") or {}
@@ -466,7 +469,7 @@ def write_report(results, outbase):
         drops = "/".join(str(sum(d.get(k, 0) for d in dirs.values())) for k in ("drop_loss", "drop_queue", "drop_ring"))
         late = f"{max((d.get('late_avg_us', 0) for d in dirs.values()), default=0):.0f}/{max((d.get('late_max_us', 0) for d in dirs.values()), default=0):.0f}"
         L.append(f"| {path} | {fmt(pg.get('min_ms'), 2)}/{fmt(pg.get('avg_ms'), 2)}/{fmt(pg.get('max_ms'), 2)} | "
-                 f"{fmt((pr.get('iperf3_p8') or {}).get('gbps'), 3)} | {fmt((pr.get('iperf3_p1') or {}).get('gbps'), 3)} | {drops} | {late} | {fmt(dl.get('process_cpu_s'), 1)} |")
+                 f"{fmt((pr.get('iperf3_p8') or {}).get('gbps'), 3)} | {fmt((pr.get('iperf3_p1') or {}).get('gbps'), 3)} | {fmt((pr.get('iperf3_p8') or {}).get('cpu_s_per_gb'))} | {drops} | {late} | {fmt(dl.get('process_cpu_s'), 1)} |")
     L.append("")
     profiles = []
     for pr in results["paths"].values():
@@ -533,7 +536,7 @@ def plot(results, outbase, profiles):
             for t in pr["profiles"].get(prof, {}):
                 if t not in tools:
                     tools.append(t)
-        fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(paths) + 2), 4.5))
+        fig, ax = plt.subplots(figsize=(max(7, 1.6 * len(paths) + 3.5), 4.5))
         w = 0.8 / max(1, len(tools))
         for i, tool in enumerate(tools):
             xs, ys = [], []
@@ -556,7 +559,7 @@ def plot(results, outbase, profiles):
         ax.set_ylabel("Gb/s (median, verified copies)")
         ax.set_title(f"{results['name']}: {prof} (rate cap {results['rate']}, {results['cc']}, "
                      f"{'tuned' if results['tuned'] else 'untuned'})")
-        ax.legend(fontsize=7, ncol=2)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         fig.tight_layout()
         fig.savefig(f"{outbase}-{prof.replace(':', '_')}.png", dpi=110)
         plt.close(fig)
