@@ -9,6 +9,7 @@
 #   bench/netns.sh down                 remove everything `up` made (also safe when nothing is up)
 #   bench/netns.sh status               configuration, sysctls, a short ping
 #   bench/netns.sh stats                delay-line counters (JSON) — drops, lateness, CPU
+#   bench/netns.sh selftest [SECS]      the delay line's own ceiling and CPU (iperf3, RTT 0, no cap)
 #   bench/netns.sh presets              list presets
 #
 # PRESET: lan (0.2 ms RTT), alcf-ncsa (6 ms), olcf-alcf (25 ms), olcf-nersc (68 ms), raw (0 ms,
@@ -213,11 +214,37 @@ cmd_stats() {
   cat "$STATE/delayline.stats.json"
 }
 
+cmd_selftest() { # the delay line's own ceiling: preset raw (no delay, no cap), iperf3 through it
+  local secs=${1:-10} pid c0 c1 out
+  cmd_up raw
+  trap 'cmd_down' EXIT
+  for P in 8 1; do
+    ip netns exec $NS_B iperf3 -s -B $ADDR_B -p 5299 -1 >/dev/null 2>&1 &
+    sleep 0.5
+    pid=$(delayline_pid); c0=$(awk '{print $14+$15}' /proc/$pid/stat)
+    out=$(timeout $((secs + 30)) ip netns exec $NS_A iperf3 -c $ADDR_B -p 5299 -P $P -t "$secs" -J) || die "iperf3 failed"
+    c1=$(awk '{print $14+$15}' /proc/$pid/stat)
+    echo "$out" | /usr/bin/python3 -c "import json,sys; e=json.load(sys.stdin)['end']; \
+print(f'delay line ceiling (MTU 9000, RTT 0, no cap): iperf3 -P $P {e[\"sum_received\"][\"bits_per_second\"]/1e9:.2f} Gb/s;', \
+f'delay line CPU {($c1-$c0)/$(getconf CLK_TCK)/$secs:.2f} core-s/s')"
+    wait
+  done
+  echo "ping at zero configured delay: $(timeout 30 ip netns exec $NS_A ping -q -c 10 -i 0.2 $ADDR_B | tail -1)"
+}
+
+# One bed per machine: `up`/`down` take /run/tern-bench.lock unless the caller (run.py) holds it.
+lock() {
+  [[ ${TERN_BENCH_LOCKED:-0} == 1 ]] && return 0
+  exec 9>/run/tern-bench.lock
+  flock -n 9 || die "another bench run holds /run/tern-bench.lock (bench/run.py or smoke.sh is running)"
+}
+
 case ${1:-} in
-  up) shift; cmd_up "$@" ;;
-  down) cmd_down ;;
+  up) shift; lock; cmd_up "$@" ;;
+  down) lock; cmd_down ;;
   status) cmd_status ;;
   stats) cmd_stats ;;
+  selftest) shift; lock; cmd_selftest "$@" ;;
   presets) for p in lan alcf-ncsa olcf-alcf olcf-nersc raw; do echo "$p  rtt=$(preset_rtt $p)ms  (+ $p-lossy: loss 1e-4)"; done ;;
   *) sed -n '2,20p' "$0"; exit 2 ;;
 esac

@@ -615,6 +615,15 @@ def main():
     os.makedirs(outdir, exist_ok=True)
     outbase = os.path.join(outdir, name)
 
+    # one bed per machine: hold the lock netns.sh checks, for the whole run
+    import fcntl
+    lockf = open("/run/tern-bench.lock", "w")
+    try:
+        fcntl.flock(lockf, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        sys.exit("run.py: another bench run holds /run/tern-bench.lock")
+    os.environ["TERN_BENCH_LOCKED"] = "1"
+
     t_start = time.monotonic()
     if not os.access(GEN, os.X_OK):
         sh(["cargo", "build", "--release", "-j1", "-q"], cwd=os.path.join(HERE, "delayline"), timeout=900)
