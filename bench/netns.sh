@@ -167,7 +167,7 @@ cmd_up() {
   local args=(--a $NS_A:$DEV --b $NS_B:$DEV --delay-us "$delay_us" --loss "$loss" --rate "$rate"
               --stats-file "$STATE/delayline.stats.json")
   [[ -n $qbytes ]] && args+=(--queue-bytes "$qbytes")
-  setsid "$DL_BIN" "${args[@]}" >"$STATE/delayline.out" 2>"$STATE/delayline.log" </dev/null &
+  setsid "$DL_BIN" "${args[@]}" >"$STATE/delayline.out" 2>"$STATE/delayline.log" </dev/null 9>&- &
   echo $! >"$STATE/delayline.pid"
   local ok=0
   for _ in $(seq 100); do   # ≤ 10 s
@@ -219,7 +219,8 @@ cmd_selftest() { # the delay line's own ceiling: preset raw (no delay, no cap), 
   cmd_up raw
   trap 'cmd_down' EXIT
   for P in 8 1; do
-    ip netns exec $NS_B iperf3 -s -B $ADDR_B -p 5299 -1 >/dev/null 2>&1 &
+    ip netns exec $NS_B iperf3 -s -B $ADDR_B -p 5299 -1 >/dev/null 2>&1 9>&- &
+    local spid=$!
     sleep 0.5
     pid=$(delayline_pid); c0=$(awk '{print $14+$15}' /proc/$pid/stat)
     out=$(timeout $((secs + 30)) ip netns exec $NS_A iperf3 -c $ADDR_B -p 5299 -P $P -t "$secs" -J) || die "iperf3 failed"
@@ -227,7 +228,7 @@ cmd_selftest() { # the delay line's own ceiling: preset raw (no delay, no cap), 
     echo "$out" | /usr/bin/python3 -c "import json,sys; e=json.load(sys.stdin)['end']; \
 print(f'delay line ceiling (MTU 9000, RTT 0, no cap): iperf3 -P $P {e[\"sum_received\"][\"bits_per_second\"]/1e9:.2f} Gb/s;', \
 f'delay line CPU {($c1-$c0)/$(getconf CLK_TCK)/$secs:.2f} core-s/s')"
-    wait
+    timeout 10 tail --pid=$spid -f /dev/null || kill $spid 2>/dev/null || true   # the one-shot server exits by itself
   done
   echo "ping at zero configured delay: $(timeout 30 ip netns exec $NS_A ping -q -c 10 -i 0.2 $ADDR_B | tail -1)"
 }

@@ -364,7 +364,9 @@ def netns_up(path, args):
 
 
 def netns_down():
-    subprocess.run([NETNS, "down"], timeout=120, capture_output=True)
+    p = subprocess.run([NETNS, "down"], timeout=120, capture_output=True, text=True)
+    if p.returncode != 0:
+        log(f"WARNING: netns.sh down failed: {p.stderr[-300:]}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -460,14 +462,15 @@ def write_report(results, outbase):
               f"(includes the kernel TCP receive work it performs when it writes into a TUN device); "
               f"ping RTT of the bed with zero configured delay {fmt((dc.get('ping') or {}).get('avg_ms'), 3)} ms. "
               f"Any rate cap well below the ceiling measures the path, not the emulator.", ""]
-    L += ["## Paths", "", "| path | RTT ping min/avg/max ms | iperf3 -P 8 Gb/s (ceiling) | iperf3 -P 1 Gb/s | iperf3 -P 8 CPU s/GB | delay line drops loss/queue/ring | delay line late avg/max µs | delay line CPU s |",
+    L += ["## Paths", "", "| path | RTT ping min/avg/max ms | iperf3 -P 8 Gb/s (ceiling) | iperf3 -P 1 Gb/s | iperf3 -P 8 CPU s/GB | delay line drops loss/queue/ring | delay line late avg/max µs (pkts > 1 ms) | delay line CPU s |",
           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for path, pr in results["paths"].items():
         pg = pr.get("ping") or {}
         dl = pr.get("delayline") or {}
         dirs = dl.get("directions", {})
         drops = "/".join(str(sum(d.get(k, 0) for d in dirs.values())) for k in ("drop_loss", "drop_queue", "drop_ring"))
-        late = f"{max((d.get('late_avg_us', 0) for d in dirs.values()), default=0):.0f}/{max((d.get('late_max_us', 0) for d in dirs.values()), default=0):.0f}"
+        late = (f"{max((d.get('late_avg_us', 0) for d in dirs.values()), default=0):.0f}/{max((d.get('late_max_us', 0) for d in dirs.values()), default=0):.0f}"
+                f" ({sum(d.get('late_over_1ms', 0) for d in dirs.values())} of {sum(d.get('tx_pkts', 0) for d in dirs.values())})")
         L.append(f"| {path} | {fmt(pg.get('min_ms'), 2)}/{fmt(pg.get('avg_ms'), 2)}/{fmt(pg.get('max_ms'), 2)} | "
                  f"{fmt((pr.get('iperf3_p8') or {}).get('gbps'), 3)} | {fmt((pr.get('iperf3_p1') or {}).get('gbps'), 3)} | {fmt((pr.get('iperf3_p8') or {}).get('cpu_s_per_gb'))} | {drops} | {late} | {fmt(dl.get('process_cpu_s'), 1)} |")
     L.append("")
