@@ -243,7 +243,6 @@ impl TransferError {
 }
 
 fn main_loop(ctx: &mut Ctx, rx: &Receiver<Event>, spawn: &mut dyn FnMut(DataConn), root_cell: &OnceLock<PathBuf>) -> Result<Summary, TransferError> {
-    let mut finished_at: Option<Instant> = None;
     loop {
         let ev = match rx.recv_timeout(Duration::from_millis(50)) {
             Ok(ev) => Some(ev),
@@ -261,26 +260,33 @@ fn main_loop(ctx: &mut Ctx, rx: &Receiver<Event>, spawn: &mut dyn FnMut(DataConn
         if !ctx.done_ids.is_empty() {
             ctx.writer.send(&Control::FileDone(std::mem::take(&mut ctx.done_ids)))?;
         }
-        if ctx.manifest_end && ctx.unfinished == 0 && finished_at.is_none() {
+        if ctx.manifest_end && ctx.unfinished == 0 {
             finish(ctx)?;
             ctx.writer.send(&Control::Summary(ctx.summary))?;
-            finished_at = Some(Instant::now());
-        }
-        if let Some(t) = finished_at {
-            // Wait for the sender's Bye, briefly: the work is done and reported either way.
-            if matches!(ev_is_bye(rx), Some(true)) || t.elapsed() > Duration::from_secs(10) {
-                return Ok(ctx.summary);
-            }
+            return await_bye(ctx, rx);
         }
     }
 }
 
-fn ev_is_bye(rx: &Receiver<Event>) -> Option<bool> {
-    match rx.recv_timeout(Duration::from_millis(100)) {
-        Ok(Event::Ctrl(Control::Bye)) | Ok(Event::CtrlFailed(_)) => Some(true),
-        Ok(_) => Some(false),
-        Err(_) => None,
+/// The work is done and reported. The sender's `Bye` confirms it saw the summary: only then is
+/// the resume marker removed, so a reconnect before that still resumes into the same place.
+fn await_bye(ctx: &mut Ctx, rx: &Receiver<Event>) -> Result<Summary, TransferError> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok(Event::Ctrl(Control::Bye)) => {
+                if ctx.summary.files_failed == 0
+                    && let Some(m) = ctx.layout.as_ref().and_then(|l| l.marker.as_ref())
+                {
+                    let _ = std::fs::remove_file(m);
+                }
+                return Ok(ctx.summary);
+            }
+            Ok(Event::CtrlFailed(_)) | Err(_) => break,
+            Ok(_) => {} // streams closing, late duplicates: nothing left to do
+        }
     }
+    Ok(ctx.summary)
 }
 
 fn handle(ctx: &mut Ctx, ev: Event, spawn: &mut dyn FnMut(DataConn), root_cell: &OnceLock<PathBuf>) -> Result<(), TransferError> {
@@ -507,7 +513,9 @@ fn entry(ctx: &mut Ctx, e: Entry, root_cell: &OnceLock<PathBuf>) -> Result<(), T
     match e.kind {
         EntryKind::Dir => {
             if let Err(err) = ctx.root.as_ref().unwrap().mkdir_all(&rel) {
-                ctx.p.progress.error(TransferError::io(Side::Destination, display, "cannot create directory", &err));
+                let err = TransferError::io(Side::Destination, display, "cannot create directory", &err);
+                ctx.writer.send(&Control::FileError { id: e.id, side: Side::Destination, message: err.message.clone() })?;
+                ctx.p.progress.error(err);
                 ctx.source_errors = true;
             } else if p.options.preserve() {
                 ctx.dir_meta.push((rel, e.mode, e.mtime_s, e.mtime_ns));
@@ -516,6 +524,7 @@ fn entry(ctx: &mut Ctx, e: Entry, root_cell: &OnceLock<PathBuf>) -> Result<(), T
         EntryKind::Symlink => {
             if !symlink_stays_inside(&rel, &e.target) {
                 let msg = format!("symlink target '{}' points outside the destination; refused", String::from_utf8_lossy(&e.target));
+                ctx.writer.send(&Control::FileError { id: e.id, side: Side::Destination, message: msg.clone() })?;
                 ctx.p.progress.error(TransferError::file(Side::Destination, display, msg));
                 ctx.summary.files_failed += 1;
                 Progress::add(&ctx.p.progress.files_failed, 1);
@@ -727,9 +736,10 @@ fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
             }
             fsops::rename_at(&dir, &tmp, name)
         })();
-        match r {
-            Ok(()) => ctx.summary.files_done += 0,
-            Err(e) => ctx.p.progress.error(TransferError::io(Side::Destination, display, "cannot create symlink", &e)),
+        if let Err(e) = r {
+            let err = TransferError::io(Side::Destination, display, "cannot create symlink", &e);
+            ctx.writer.send(&Control::FileError { id: link.id, side: Side::Destination, message: err.message.clone() })?;
+            ctx.p.progress.error(err);
         }
     }
     // Deepest first, so setting a child's mtime does not disturb its parent's.
@@ -765,11 +775,6 @@ fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
                 }
             }
         }
-    }
-    if ctx.summary.files_failed == 0
-        && let Some(m) = &l.marker
-    {
-        let _ = std::fs::remove_file(m);
     }
     Ok(())
 }
@@ -861,10 +866,9 @@ fn recv_worker(conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_size: 
                 continue;
             }
         };
-        // Zero chunks of a new file stay holes; the finalizer sets the length.
-        if !(sink.fresh && is_zero(data))
-            && let Err(e) = file.write_all_at(data, off)
-        {
+        // Zero blocks of a new file stay holes; the finalizer sets the length.
+        let written = if sink.fresh { write_sparse(file, data, off) } else { file.write_all_at(data, off) };
+        if let Err(e) = written {
             let _ = events.send(Event::WriteFailed { id: h.file_id, error: e, what: "write failed" });
             continue;
         }
@@ -877,6 +881,28 @@ fn recv_worker(conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_size: 
         let whole = h.flags & FLAG_WHOLE_FILE != 0;
         let _ = events.send(Event::ChunkOk { id: h.file_id, index: h.index, hash, len: len as u32, whole });
     }
+}
+
+/// Writes `data` at `off`, skipping all-zero 64 KiB blocks (they read back as zeros from the hole).
+fn write_sparse(file: &File, data: &[u8], off: u64) -> std::io::Result<()> {
+    const BLOCK: usize = 64 << 10;
+    let mut start = 0;
+    while start < data.len() {
+        // Find a run of non-zero blocks and write it in one call.
+        while start < data.len() && is_zero(&data[start..(start + BLOCK).min(data.len())]) {
+            start += BLOCK;
+        }
+        let mut end = start;
+        while end < data.len() && !is_zero(&data[end..(end + BLOCK).min(data.len())]) {
+            end += BLOCK;
+        }
+        let end = end.min(data.len());
+        if start < end {
+            file.write_all_at(&data[start..end], off + start as u64)?;
+        }
+        start = end;
+    }
+    Ok(())
 }
 
 fn fatal(events: &Sender<Event>, msg: String) {

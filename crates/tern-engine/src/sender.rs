@@ -199,6 +199,8 @@ fn self_loop(
                 for f in batch {
                     if f.kind == EntryKind::File {
                         unfinished += 1;
+                        Progress::add(&progress.files_total, 1);
+                        Progress::add(&progress.bytes_total, f.size);
                     }
                     let chunks = chunk_count(f.size, chunk_size);
                     files.push(FileState {
@@ -237,7 +239,14 @@ fn self_loop(
                 f.outstanding -= 1;
                 if f.outstanding == 0 && f.chunks > 1 && !f.end_sent && f.state == State::Active {
                     f.end_sent = true;
-                    writer.send(&file_end(id, f))?;
+                    let end = file_end(id, f);
+                    writer.send(&end)?;
+                    if let Control::FileError { side, message, .. } = end {
+                        f.state = State::Finished;
+                        unfinished -= 1;
+                        Progress::add(&progress.files_failed, 1);
+                        progress.error(TransferError::file(side, f.info.path.display().to_string(), message));
+                    }
                 }
             }
             Event::ReadFailed { id, error } => {
@@ -277,6 +286,7 @@ fn self_loop(
                         // already holds (a resumed file), without sending them.
                         for c in 0..f.chunks {
                             if !wanted.contains(c) {
+                                Progress::add(&progress.bytes_skipped, chunk_range(f.info.size, chunk_size, c).1 as u64);
                                 f.outstanding += 1;
                                 let _ = work.send(item(id, c, f, chunk_size, true));
                             }
@@ -449,7 +459,22 @@ fn send_worker(mut conn: DataConn, work: Receiver<Work>, events: Sender<Event>, 
     let mut seq = 0u64;
     let mut open: Option<(u64, File)> = None;
     let faults = faults();
-    for w in work.iter() {
+    loop {
+        // Flush buffered small frames before waiting: the receiver may be waiting on them.
+        let w = match work.try_recv() {
+            Ok(w) => w,
+            Err(crossbeam_channel::TryRecvError::Empty) => {
+                if let Err(e) = out.flush() {
+                    let _ = events.send(Event::StreamFailed(TransferError::network(format!("data stream {}: {}", conn.index, err_text(&e)))));
+                    return;
+                }
+                match work.recv() {
+                    Ok(w) => w,
+                    Err(_) => break,
+                }
+            }
+            Err(crossbeam_channel::TryRecvError::Disconnected) => break,
+        };
         if open.as_ref().is_none_or(|(id, _)| *id != w.id) {
             match File::open(&w.file.path) {
                 Ok(f) => open = Some((w.id, f)),
@@ -502,7 +527,7 @@ fn send_worker(mut conn: DataConn, work: Receiver<Work>, events: Sender<Event>, 
             thread::sleep(std::time::Duration::from_millis(faults.delay_ms));
         }
         let frame = &buf[..PREFIX + w.len as usize];
-        let sent = out.write_all(frame).and_then(|_| if work.is_empty() { out.flush() } else { Ok(()) });
+        let sent = out.write_all(frame);
         if let Err(e) = sent {
             let _ = events.send(Event::StreamFailed(TransferError::network(format!("data stream {}: {}", conn.index, err_text(&e)))));
             return;

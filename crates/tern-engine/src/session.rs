@@ -62,13 +62,21 @@ pub fn run(spec: &ClientSpec, progress: &Arc<Progress>) -> Result<Summary, Trans
     let rate = spec.bwlimit.map(|r| Arc::new(RateLimit::new(r)));
     let started = Instant::now();
     let mut backoff = Duration::from_millis(500);
+    let mut tries = 0;
     loop {
         let attempt = attempt(spec, progress, &memory, &rate);
+        tries += 1;
+        // A peer that was never reached gets three tries, not the whole budget: a typo in the
+        // host name should fail in seconds. Once data moved, keep trying for `retry_for`.
+        let ever_connected = Progress::get(&progress.bytes) > 0 || Progress::get(&progress.files_total) > 0 || Progress::get(&progress.files_skipped) > 0;
         match attempt {
-            Err(e) if e.scope == Scope::Network && started.elapsed() < spec.retry_for => {
+            Err(e) if e.scope == Scope::Network && started.elapsed() < spec.retry_for && (ever_connected || tries < 3) => {
                 tracing::warn!("{e}; reconnecting in {:.1} s and resuming", backoff.as_secs_f64());
                 Progress::add(&progress.reconnects, 1);
                 progress.streams.store(0, Relaxed);
+                // The next attempt announces only what is not finished yet.
+                progress.files_total.store(Progress::get(&progress.files_done) + Progress::get(&progress.files_skipped), Relaxed);
+                progress.bytes_total.store(0, Relaxed);
                 thread::sleep(backoff);
                 backoff = (backoff * 2).min(Duration::from_secs(8));
             }

@@ -202,7 +202,12 @@ fn transfer(srcs: &[String], dst: &str, recursive: bool, sync: bool, checksum: b
     let mut options = Options { flags: 0, chunk_size, streams };
     options.set_recursive(recursive);
     options.set_sync(sync);
-    options.set_contents(sync);
+    // `src/.` (or `.`) copies the contents, as cp does; sync always mirrors contents.
+    let contents_of = |s: &String| {
+        let t = s.trim_end_matches('/');
+        t == "." || t.ends_with("/.") || t.ends_with(":.") || t.ends_with(':')
+    };
+    options.set_contents(sync || srcs.iter().any(contents_of));
     options.set_checksum(checksum);
     options.set_delete(delete);
     options.set_dry_run(c.dry_run);

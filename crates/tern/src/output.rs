@@ -59,6 +59,20 @@ pub fn report(p: &Progress, result: Result<Summary, TransferError>, seconds: f64
     let errors = p.errors.lock().unwrap().clone();
     let ok = result.is_ok() && errors.is_empty() && Progress::get(&p.files_failed) == 0;
     let bytes = Progress::get(&p.bytes);
+    // Errors always go to stderr, one line each, so scripts' logs show them even with --json.
+    {
+        let stderr = std::io::stderr();
+        let mut err = stderr.lock();
+        for e in errors.iter().take(20) {
+            let _ = writeln!(err, "tern: {e}");
+        }
+        if errors.len() > 20 {
+            let _ = writeln!(err, "tern: ... and {} more errors", errors.len() - 20);
+        }
+        if let Err(e) = &result {
+            let _ = writeln!(err, "tern: {e}");
+        }
+    }
     if as_json {
         let mut all: Vec<_> = errors.iter().map(error_json).collect();
         if let Err(e) = &result {
@@ -81,26 +95,14 @@ pub fn report(p: &Progress, result: Result<Summary, TransferError>, seconds: f64
         });
         println!("{v}");
     } else {
-        let stderr = std::io::stderr();
-        let mut err = stderr.lock();
         if dry_run {
             for line in p.plan.lock().unwrap().iter() {
                 println!("{line}");
             }
         }
-        for e in errors.iter().take(20) {
-            let _ = writeln!(err, "tern: {e}");
-        }
-        if errors.len() > 20 {
-            let _ = writeln!(err, "tern: ... and {} more errors", errors.len() - 20);
-        }
-        if let Err(e) = &result {
-            let _ = writeln!(err, "tern: {e}");
-        }
         if std::io::IsTerminal::is_terminal(&std::io::stderr()) && !dry_run {
             let rate = bytes as f64 / seconds.max(1e-9);
-            let _ = writeln!(
-                err,
+            eprintln!(
                 "{} {} files ({} skipped), {:.2} GB in {:.1} s, {:.2} Gb/s",
                 if ok { "done:" } else { "FAILED:" },
                 Progress::get(&p.files_done),

@@ -1,0 +1,261 @@
+//! Bad input: a clear one-line error naming file, side and remedy, and nothing lost.
+
+mod common;
+use common::*;
+
+use std::fs;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+fn as_nobody(args: &[&str]) -> Option<Run> {
+    // Root reads everything, so permission tests run tern as nobody.
+    let ok = Command::new("setpriv").args(["--reuid=65534", "--regid=65534", "--clear-groups", "true"]).status().is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("SKIP: cannot drop privileges with setpriv");
+        return None;
+    }
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", tern_bin()]).args(args).arg("--json");
+    let out = run_bounded(cmd, Duration::from_secs(60));
+    let json = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+    Some(Run { out, json })
+}
+
+fn open_dir(p: &Path) {
+    fs::set_permissions(p, fs::Permissions::from_mode(0o777)).unwrap();
+}
+
+#[test]
+fn nonexistent_source() {
+    let t = scratch();
+    let dst = t.path().join("dst");
+    let r = tern(&["cp", "-r", t.path().join("nope").to_str().unwrap(), dst.to_str().unwrap()], &[]);
+    assert!(!r.ok());
+    let e = r.stderr();
+    assert!(e.contains("source:") && e.contains("nope") && e.contains("No such file") && e.contains("check the source path"), "{e}");
+    assert_eq!(e.lines().count(), 1, "one line: {e}");
+    assert!(!dst.exists());
+}
+
+#[test]
+fn directory_without_recursive() {
+    let t = scratch();
+    fs::create_dir(t.path().join("d")).unwrap();
+    let r = tern(&["cp", t.path().join("d").to_str().unwrap(), t.path().join("x").to_str().unwrap()], &[]);
+    assert!(!r.ok());
+    assert!(r.stderr().contains("is a directory (use -r"), "{}", r.stderr());
+}
+
+#[test]
+fn destination_file_where_directory_needed() {
+    let t = scratch();
+    write_file(&t.path().join("src/a"), 1, 10);
+    fs::write(t.path().join("dst"), b"precious").unwrap();
+    let r = tern(&["cp", "-r", t.path().join("src").to_str().unwrap(), t.path().join("dst").to_str().unwrap()], &[]);
+    assert!(!r.ok());
+    assert!(r.stderr().contains("destination:") && r.stderr().contains("is a file, but the source is a directory"), "{}", r.stderr());
+    assert_eq!(fs::read(t.path().join("dst")).unwrap(), b"precious");
+}
+
+#[test]
+fn unreadable_source_file_fails_alone() {
+    let t = tempfile::tempdir().unwrap();
+    open_dir(t.path());
+    let src = t.path().join("src");
+    write_file(&src.join("ok1"), 1, 100);
+    write_file(&src.join("secret"), 2, 100);
+    write_file(&src.join("ok2"), 3, 100);
+    fs::set_permissions(&src, fs::Permissions::from_mode(0o755)).unwrap();
+    for f in ["ok1", "ok2"] {
+        fs::set_permissions(src.join(f), fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    fs::set_permissions(src.join("secret"), fs::Permissions::from_mode(0o600)).unwrap();
+    let dst = t.path().join("out");
+    fs::create_dir(&dst).unwrap();
+    open_dir(&dst);
+    let Some(r) = as_nobody(&["cp", "-r", src.to_str().unwrap(), dst.join("c").to_str().unwrap()]) else { return };
+    assert!(!r.ok());
+    let e = r.stderr();
+    assert!(e.contains("source:") && e.contains("secret") && e.contains("Permission denied") && e.contains("read permission"), "{e}");
+    assert!(dst.join("c/ok1").is_file() && dst.join("c/ok2").is_file());
+    assert!(!dst.join("c/secret").exists());
+    assert_eq!(r.json["errors"][0]["side"], "source");
+}
+
+#[test]
+fn unwritable_destination() {
+    let t = tempfile::tempdir().unwrap();
+    open_dir(t.path());
+    write_file(&t.path().join("src/a"), 1, 100);
+    fs::set_permissions(t.path().join("src"), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(t.path().join("src/a"), fs::Permissions::from_mode(0o644)).unwrap();
+    let dst = t.path().join("locked");
+    fs::create_dir(&dst).unwrap();
+    fs::set_permissions(&dst, fs::Permissions::from_mode(0o755)).unwrap();
+    let Some(r) = as_nobody(&["cp", "-r", t.path().join("src").to_str().unwrap(), dst.to_str().unwrap()]) else { return };
+    assert!(!r.ok());
+    let e = r.stderr();
+    assert!(e.contains("destination:") && e.contains("Permission denied") && e.contains("write permission"), "{e}");
+}
+
+#[test]
+fn disk_full_then_rerun_completes() {
+    let t = tempfile::tempdir().unwrap();
+    let mnt = t.path().join("small");
+    fs::create_dir(&mnt).unwrap();
+    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=6m", "tmpfs"]).arg(&mnt).status().is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("SKIP: cannot mount a small tmpfs (needs root)");
+        return;
+    }
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _guard = Unmount(&mnt);
+    let src = t.path().join("src");
+    write_file(&src.join("small1"), 1, 1000);
+    write_file(&src.join("big"), 2, 12 << 20);
+    let dst = mnt.join("dst");
+    let args = ["cp", "-r", src.to_str().unwrap(), dst.to_str().unwrap(), "--chunk-size", "1M"];
+    let r = tern(&args, &[]);
+    assert!(!r.ok());
+    let e = r.stderr();
+    assert!(e.contains("destination:") && e.contains("No space left on device") && e.contains("free space"), "{e}");
+    assert!(!dst.join("big").exists(), "no partial file under the final name");
+    let sent_before = r.u64("bytes");
+    assert!(Command::new("mount").args(["-o", "remount,size=64m"]).arg(&mnt).status().unwrap().success());
+    let r2 = tern(&args, &[]);
+    assert!(r2.ok(), "{}", r2.stderr());
+    assert!(r2.u64("bytes_skipped") > 0, "the re-run resumed from verified chunks");
+    assert!(r2.u64("bytes") < (12 << 20) + 1000 || sent_before == 0);
+    assert_same_tree(&src, &dst);
+    assert_no_leftovers(&dst);
+}
+
+#[test]
+fn source_changing_during_transfer_is_detected() {
+    let t = scratch();
+    let src = t.path().join("growing.log");
+    write_file(&src, 1, 32 << 20);
+    let dst = t.path().join("dst.log");
+    let child = Command::new(tern_bin())
+        .args(["cp", src.to_str().unwrap(), dst.to_str().unwrap(), "--chunk-size", "1M", "--streams", "1", "--json"])
+        .env("TERN_FAULT_DELAY_MS", "20")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    fs::OpenOptions::new().append(true).open(&src).unwrap().write_all(b"more").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("source:") && e.contains("growing.log") && e.contains("changed while it was being sent"), "{e}");
+    assert!(!dst.exists(), "a changed file is never renamed into place");
+}
+
+#[test]
+fn wrong_token() {
+    let t = scratch();
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let d = Daemon::start(&root, &t.path().join("token"));
+    fs::write(t.path().join("bad"), "not-the-right-secret-at-all").unwrap();
+    write_file(&t.path().join("f"), 1, 10);
+    let r = tern(&["cp", t.path().join("f").to_str().unwrap(), &d.url("/f"), "--token-file", t.path().join("bad").to_str().unwrap()], &[]);
+    assert!(!r.ok());
+    assert!(r.stderr().contains("token") && r.stderr().contains("--token-file"), "{}", r.stderr());
+    assert!(!root.join("f").exists());
+}
+
+#[test]
+fn daemon_survives_garbage_and_oversized_frames() {
+    let t = scratch();
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let d = Daemon::start(&root, &t.path().join("token"));
+    for junk in [&b"Cthis is not TLS at all"[..], b"D\x16\x03\x01\xff\xff", b"P\x7f\xff\xff\xff\x20", b"X", b"P\x00\x00\x00\x00\x20"] {
+        let mut s = TcpStream::connect(("127.0.0.1", d.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let _ = s.write_all(junk);
+        let mut buf = [0u8; 64];
+        let _ = s.read(&mut buf); // the daemon drops us
+    }
+    write_file(&t.path().join("f"), 1, 1000);
+    let r = tern(&["cp", t.path().join("f").to_str().unwrap(), &d.url("/f"), "--token-file", &d.token_arg()], &[]);
+    assert!(r.ok(), "daemon still serves: {}", r.stderr());
+}
+
+#[test]
+fn garbage_from_a_peer_is_a_clear_protocol_error() {
+    let Some(sshd) = require_sshd() else { return };
+    let t = scratch();
+    let fake = t.path().join("fake-tern");
+    fs::write(&fake, "#!/bin/sh\nprintf '\\177\\377\\377\\377\\001junk'\nsleep 2\n").unwrap();
+    fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).unwrap();
+    write_file(&t.path().join("f"), 1, 10);
+    let r = tern(
+        &["cp", "--ssh", &sshd.ssh_cmd(), "--remote-bin", fake.to_str().unwrap(), t.path().join("f").to_str().unwrap(), "127.0.0.1:/tmp/x"],
+        &[],
+    );
+    assert!(!r.ok());
+    assert!(r.stderr().contains("protocol error") && r.stderr().contains("exceeds the limit"), "{}", r.stderr());
+}
+
+#[test]
+fn missing_remote_tern_is_explained_and_install_remote_fixes_it() {
+    let Some(sshd) = require_sshd() else { return };
+    let t = scratch();
+    write_file(&t.path().join("f"), 1, 1000);
+    let dst = t.path().join("g");
+    let target = format!("127.0.0.1:{}", dst.display());
+    let home = t.path().join("home");
+    fs::create_dir(&home).unwrap();
+    // A remote login whose PATH has no tern: point the remote at a cache path that is empty.
+    let r = tern(&["cp", "--ssh", &sshd.ssh_cmd(), "--remote-bin", "/nonexistent/tern", t.path().join("f").to_str().unwrap(), &target], &[]);
+    assert!(!r.ok());
+    assert!(r.stderr().contains("not installed on the remote host") && r.stderr().contains("--install-remote"), "{}", r.stderr());
+    let r = tern(&["cp", "--ssh", &sshd.ssh_cmd(), "--install-remote", "--remote-bin", "~/.cache/tern/0.1.0/tern", t.path().join("f").to_str().unwrap(), &target], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_eq!(fs::read(&dst).unwrap(), data(1, 1000));
+}
+
+#[test]
+fn daemon_refuses_paths_outside_its_root() {
+    let t = scratch();
+    let root = t.path().join("root");
+    let outside = t.path().join("outside");
+    fs::create_dir(&root).unwrap();
+    fs::create_dir(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, root.join("escape")).unwrap();
+    let d = Daemon::start(&root, &t.path().join("token"));
+    write_file(&t.path().join("f"), 1, 10);
+    for path in ["/../outside/f", "/escape/f"] {
+        let r = tern(&["cp", t.path().join("f").to_str().unwrap(), &d.url(path), "--token-file", &d.token_arg()], &[]);
+        assert!(!r.ok(), "{path} accepted");
+        assert!(r.stderr().contains("refused"), "{}", r.stderr());
+    }
+    assert_eq!(fs::read_dir(&outside).unwrap().count(), 0);
+}
+
+#[test]
+fn symlink_pointing_out_of_the_tree_is_refused() {
+    let t = scratch();
+    let src = t.path().join("src");
+    write_file(&src.join("a"), 1, 10);
+    std::os::unix::fs::symlink("../../../etc/passwd", src.join("evil")).unwrap();
+    std::os::unix::fs::symlink("a", src.join("fine")).unwrap();
+    let dst = t.path().join("dst");
+    let r = tern(&["cp", "-r", src.to_str().unwrap(), dst.to_str().unwrap()], &[]);
+    assert!(!r.ok());
+    assert!(r.stderr().contains("evil") && r.stderr().contains("points outside the destination; refused"), "{}", r.stderr());
+    assert!(dst.join("a").is_file() && fs::read_link(dst.join("fine")).is_ok());
+    assert!(fs::symlink_metadata(dst.join("evil")).is_err());
+}

@@ -1,0 +1,291 @@
+//! Shared test support: real daemons, a real sshd, deterministic trees, independent hashing.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+pub fn tern_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_tern")
+}
+
+/// A scratch directory on tmpfs when there is one (big files must not measure the disk).
+pub fn scratch() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() { tempfile::tempdir_in(shm).unwrap() } else { tempfile::tempdir().unwrap() }
+}
+
+/// Deterministic incompressible bytes.
+pub fn data(seed: u64, len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len);
+    let mut x = blake3::Hasher::new();
+    x.update(&seed.to_le_bytes());
+    let mut reader = x.finalize_xof();
+    out.resize(len, 0);
+    reader.fill(&mut out);
+    out
+}
+
+pub fn write_file(path: &Path, seed: u64, len: usize) {
+    if let Some(p) = path.parent() {
+        fs::create_dir_all(p).unwrap();
+    }
+    fs::write(path, data(seed, len)).unwrap();
+}
+
+/// A scaled-down tree shaped like the Petascale DTN reference set: nested directories, empty
+/// files, sizes over six decades, plus the awkward cases (spaces, non-UTF-8 names, symlinks, an
+/// empty directory, a sparse file).
+pub fn petascale_tree(root: &Path) -> u64 {
+    // (count, min size, max size) per decade, the reference set's shape scaled to ~60 MB.
+    let decades: [(usize, usize, usize); 8] = [
+        (7, 0, 9),
+        (1, 10, 99),
+        (6, 100, 999),
+        (317, 1_000, 9_999),
+        (156, 10_000, 99_999),
+        (28, 100_000, 999_999),
+        (4, 1_000_000, 9_999_999),
+        (1, 10_000_000, 20_000_000),
+    ];
+    let dirs: Vec<PathBuf> = (0..21).map(|i| root.join(format!("d{}/s{}/t{}", i % 5, i % 3, i))).collect();
+    let mut n = 0u64;
+    let mut total = 0u64;
+    for (count, lo, hi) in decades {
+        for _ in 0..count {
+            let size = lo + (n as usize * 7919) % (hi - lo + 1);
+            let dir = &dirs[n as usize % dirs.len()];
+            write_file(&dir.join(format!("f{n:05}.dat")), n, size);
+            total += size as u64;
+            n += 1;
+        }
+    }
+    fs::create_dir_all(root.join("empty dir/inner")).unwrap();
+    write_file(&root.join("d0/name with spaces.txt"), 999, 123);
+    let odd = root.join(std::ffi::OsStr::from_bytes(b"d1/caf\xe9-latin1"));
+    write_file(&odd, 998, 77);
+    std::os::unix::fs::symlink("../d0/name with spaces.txt", root.join("d1/link")).unwrap();
+    // 8 MiB with a 6 MiB hole in the middle.
+    let sparse = fs::File::create(root.join("d2/sparse.img")).unwrap();
+    sparse.set_len(8 << 20).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&sparse, &data(5, 1 << 20), 0).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&sparse, &data(6, 1 << 20), 7 << 20).unwrap();
+    fs::set_permissions(root.join("d0/name with spaces.txt"), fs::Permissions::from_mode(0o640)).unwrap();
+    total + 123 + 77 + (8 << 20)
+}
+
+/// What a tree holds, computed independently of tern (SHA-256): kind, content hash, mode, mtime.
+pub fn snapshot(root: &Path) -> BTreeMap<Vec<u8>, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in fs::read_dir(&dir).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            let rel = p.strip_prefix(root).unwrap().as_os_str().as_bytes().to_vec();
+            let md = fs::symlink_metadata(&p).unwrap();
+            let desc = if md.is_symlink() {
+                format!("link {}", fs::read_link(&p).unwrap().display())
+            } else if md.is_dir() {
+                stack.push(p.clone());
+                format!("dir {:o}", md.mode() & 0o7777)
+            } else {
+                let mut h = Sha256::new();
+                let mut f = fs::File::open(&p).unwrap();
+                let mut buf = vec![0u8; 1 << 20];
+                loop {
+                    let n = f.read(&mut buf).unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    h.update(&buf[..n]);
+                }
+                format!("file {:x} {:o} {}.{}", h.finalize(), md.mode() & 0o7777, md.mtime(), md.mtime_nsec())
+            };
+            out.insert(rel, desc);
+        }
+    }
+    out
+}
+
+pub fn assert_same_tree(a: &Path, b: &Path) {
+    let (sa, sb) = (snapshot(a), snapshot(b));
+    for (k, v) in &sa {
+        assert_eq!(sb.get(k), Some(v), "{} differs", String::from_utf8_lossy(k));
+    }
+    assert_eq!(sa.len(), sb.len(), "destination has extra entries: {:?}", sb.keys().filter(|k| !sa.contains_key(*k)).map(|k| String::from_utf8_lossy(k)).collect::<Vec<_>>());
+}
+
+/// No temporaries or markers left anywhere under `root`.
+pub fn assert_no_leftovers(root: &Path) {
+    for (k, _) in snapshot(root) {
+        let name = String::from_utf8_lossy(&k);
+        assert!(!name.contains(".tern-part") && !name.contains(".tern-journal") && !name.contains(".tern-incomplete"), "leftover {name}");
+    }
+}
+
+pub struct Run {
+    pub out: Output,
+    pub json: serde_json::Value,
+}
+
+impl Run {
+    pub fn ok(&self) -> bool {
+        self.out.status.success()
+    }
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.out.stderr).into_owned()
+    }
+    pub fn u64(&self, k: &str) -> u64 {
+        self.json[k].as_u64().unwrap_or_else(|| panic!("no {k} in {}", self.json))
+    }
+}
+
+/// Runs `tern ARGS --json` with a time limit; returns the parsed summary.
+pub fn tern(args: &[&str], env: &[(&str, &str)]) -> Run {
+    let mut cmd = Command::new(tern_bin());
+    cmd.args(args).arg("--json").stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = run_bounded(cmd, Duration::from_secs(300));
+    let json = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+    Run { out, json }
+}
+
+pub fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let start = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!("command ran over {limit:?}: {cmd:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A real `tern serve` on a loopback port; killed (by PID) on drop.
+pub struct Daemon {
+    pub child: Child,
+    pub port: u16,
+    pub root: PathBuf,
+    pub token: PathBuf,
+}
+
+impl Daemon {
+    pub fn start(root: &Path, token: &Path) -> Self {
+        Self::start_on(root, token, free_port(), &[])
+    }
+    pub fn start_on(root: &Path, token: &Path, port: u16, env: &[(&str, &str)]) -> Self {
+        let mut cmd = Command::new(tern_bin());
+        cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--root"]).arg(root).arg("--token-file").arg(token);
+        cmd.stdout(Stdio::null()).stderr(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "daemon did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Self { child, port, root: root.to_path_buf(), token: token.to_path_buf() }
+    }
+    pub fn url(&self, path: &str) -> String {
+        format!("tern://127.0.0.1:{}/{}", self.port, path.trim_start_matches('/'))
+    }
+    pub fn token_arg(&self) -> String {
+        self.token.display().to_string()
+    }
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A real OpenSSH server on a loopback port with generated keys and a clean environment whose
+/// PATH finds the tern under test. `None` (with a note) where sshd is not installed.
+pub struct Sshd {
+    child: Child,
+    pub port: u16,
+    pub dir: tempfile::TempDir,
+}
+
+impl Sshd {
+    pub fn start() -> Option<Self> {
+        let sshd = ["/usr/sbin/sshd", "/usr/bin/sshd"].into_iter().find(|p| Path::new(p).exists())?;
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for k in ["hostkey", "userkey"] {
+            let st = Command::new("ssh-keygen").args(["-q", "-t", "ed25519", "-N", "", "-f"]).arg(d.join(k)).status().unwrap();
+            assert!(st.success());
+        }
+        let port = free_port();
+        let bin_dir = Path::new(tern_bin()).parent().unwrap().display().to_string();
+        let cfg = format!(
+            "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/hostkey\nAuthorizedKeysFile {d}/userkey.pub\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\nPermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\nPidFile {d}/sshd.pid\nSetEnv PATH={bin_dir}:/usr/bin:/bin\n",
+            d = d.display()
+        );
+        fs::write(d.join("sshd_config"), cfg).unwrap();
+        let _ = fs::create_dir_all("/run/sshd");
+        let child = Command::new(sshd).arg("-D").arg("-e").arg("-f").arg(d.join("sshd_config")).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "sshd did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(Self { child, port, dir })
+    }
+    /// The ssh command tern should use (`--ssh`).
+    pub fn ssh_cmd(&self) -> String {
+        format!(
+            "ssh -p {} -i {}/userkey -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR",
+            self.port,
+            self.dir.path().display()
+        )
+    }
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn require_sshd() -> Option<Sshd> {
+    let s = Sshd::start();
+    if s.is_none() {
+        // CI installs openssh-server, so this only skips on a developer machine without it.
+        eprintln!("SKIP: no sshd on this machine (apt-get install openssh-server)");
+    }
+    s
+}
+
+pub fn touch(path: &Path, bytes: &[u8]) {
+    let mut f = fs::File::create(path).unwrap();
+    f.write_all(bytes).unwrap();
+}

@@ -1,0 +1,166 @@
+//! Fault injection: kill -9 of either side, a corrupted chunk, a cut socket. After each, the
+//! data must arrive intact and only what was in flight may be sent twice.
+
+mod common;
+use common::*;
+
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+
+fn big_source(dir: &Path, mib: u64) -> std::path::PathBuf {
+    let p = dir.join("big.bin");
+    let f = fs::File::create(&p).unwrap();
+    for i in 0..mib / 16 {
+        std::os::unix::fs::FileExt::write_all_at(&f, &data(i, (16 * MIB) as usize), i * 16 * MIB).unwrap();
+    }
+    p
+}
+
+/// Verified chunks recorded in a journal (records are 48 bytes after a 40-byte header).
+fn journal_records(path: &Path) -> u64 {
+    fs::metadata(path).map(|m| m.len().saturating_sub(40) / 48).unwrap_or(0)
+}
+
+fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn spawn_tern(args: &[&str], env: &[(&str, &str)]) -> std::process::Child {
+    let mut cmd = Command::new(tern_bin());
+    cmd.args(args).arg("--json").stdout(Stdio::piped()).stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().unwrap()
+}
+
+fn finish(child: std::process::Child) -> Run {
+    let out = child.wait_with_output().unwrap();
+    let json = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+    Run { out, json }
+}
+
+// Two streams of 1 MiB chunks: at most a chunk being written plus one queued per stream.
+const IN_FLIGHT: u64 = 2 * 2 * MIB;
+
+#[test]
+fn receiver_killed_mid_transfer_resumes_within_the_run() {
+    let t = scratch();
+    let src = big_source(t.path(), 128);
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let token = t.path().join("token");
+    let port = free_port();
+    let mut d = Daemon::start_on(&root, &token, port, &[]);
+    let url = d.url("/big.bin");
+    let client = spawn_tern(
+        &["cp", src.to_str().unwrap(), &url, "--token-file", token.to_str().unwrap(), "--chunk-size", "1M", "--streams", "2", "--retry-for", "60"],
+        &[("TERN_FAULT_DELAY_MS", "15")],
+    );
+    let journal = root.join(".big.bin.tern-journal");
+    wait_for("some verified chunks", Duration::from_secs(30), || journal_records(&journal) >= 20);
+    d.kill9();
+    let verified = journal_records(&journal);
+    assert!(verified < 128, "killed too late");
+    std::thread::sleep(Duration::from_millis(300));
+    let _d2 = Daemon::start_on(&root, &token, port, &[]);
+    let r = finish(client);
+    assert!(r.ok(), "{}", r.stderr());
+    assert!(r.u64("reconnects") >= 1);
+    assert!(r.u64("bytes_resent") <= IN_FLIGHT, "resent {} bytes, more than was in flight", r.u64("bytes_resent"));
+    assert!(r.u64("bytes") <= 128 * MIB + IN_FLIGHT);
+    assert_eq!(fs::read(&src).unwrap(), fs::read(root.join("big.bin")).unwrap());
+    assert_no_leftovers(&root);
+}
+
+#[test]
+fn receiver_killed_then_rerun_sends_only_unverified_chunks() {
+    let t = scratch();
+    let src = big_source(t.path(), 64);
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let token = t.path().join("token");
+    let port = free_port();
+    let mut d = Daemon::start_on(&root, &token, port, &[]);
+    let url = d.url("/big.bin");
+    let args = ["cp", src.to_str().unwrap(), &url, "--token-file", token.to_str().unwrap(), "--chunk-size", "1M", "--streams", "2", "--retry-for", "0"];
+    let client = spawn_tern(&args, &[("TERN_FAULT_DELAY_MS", "15")]);
+    let journal = root.join(".big.bin.tern-journal");
+    wait_for("some verified chunks", Duration::from_secs(30), || journal_records(&journal) >= 10);
+    d.kill9();
+    let first = finish(client);
+    assert!(!first.ok(), "the first run cannot succeed without its receiver");
+    assert!(!root.join("big.bin").exists(), "no partial file under the final name");
+    let _d2 = Daemon::start_on(&root, &token, port, &[]);
+    let second = tern(&args, &[]);
+    assert!(second.ok(), "{}", second.stderr());
+    let resent = (first.u64("bytes") + second.u64("bytes")).saturating_sub(64 * MIB);
+    assert!(resent <= IN_FLIGHT, "{resent} bytes sent twice");
+    assert!(second.u64("bytes_skipped") > 0, "the re-run reused verified chunks");
+    assert_eq!(fs::read(&src).unwrap(), fs::read(root.join("big.bin")).unwrap());
+}
+
+#[test]
+fn sender_killed_then_rerun_resumes() {
+    let t = scratch();
+    let src = big_source(t.path(), 64);
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let d = Daemon::start(&root, &t.path().join("token"));
+    let url = d.url("/big.bin");
+    let args = ["cp", src.to_str().unwrap(), &url, "--token-file", &d.token_arg(), "--chunk-size", "1M", "--streams", "2"];
+    let mut client = spawn_tern(&args, &[("TERN_FAULT_DELAY_MS", "15")]);
+    let journal = root.join(".big.bin.tern-journal");
+    wait_for("some verified chunks", Duration::from_secs(30), || journal_records(&journal) >= 10);
+    client.kill().unwrap();
+    let _ = client.wait();
+    std::thread::sleep(Duration::from_millis(200));
+    let verified = journal_records(&journal);
+    let second = tern(&args, &[]);
+    assert!(second.ok(), "{}", second.stderr());
+    assert!(second.u64("bytes") <= (64 - verified) * MIB + IN_FLIGHT, "sent {} with {verified} chunks verified", second.u64("bytes"));
+    assert_eq!(fs::read(&src).unwrap(), fs::read(root.join("big.bin")).unwrap());
+}
+
+#[test]
+fn corrupted_chunk_is_detected_and_only_it_is_resent() {
+    let t = scratch();
+    let src = big_source(t.path(), 32);
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let d = Daemon::start(&root, &t.path().join("token"));
+    let r = tern(
+        &["cp", src.to_str().unwrap(), &d.url("/big.bin"), "--token-file", &d.token_arg(), "--chunk-size", "1M"],
+        &[("TERN_FAULT_CORRUPT", "big.bin:3")],
+    );
+    assert!(r.ok(), "{}", r.stderr());
+    assert_eq!(r.u64("chunks_resent"), 1);
+    assert_eq!(r.u64("bytes_resent"), MIB);
+    assert_eq!(r.u64("bytes"), 33 * MIB);
+    assert_eq!(fs::read(&src).unwrap(), fs::read(root.join("big.bin")).unwrap());
+}
+
+#[test]
+fn cut_socket_is_retried_within_the_run() {
+    let Some(sshd) = require_sshd() else { return };
+    let t = scratch();
+    let src = big_source(t.path(), 128);
+    let dst = t.path().join("dst.bin");
+    let r = tern(
+        &["cp", "--ssh", &sshd.ssh_cmd(), src.to_str().unwrap(), &format!("127.0.0.1:{}", dst.display()), "--chunk-size", "1M", "--streams", "2", "--tcp-buffer", "1M"],
+        &[("TERN_FAULT_CUT_AFTER", "40000000")],
+    );
+    assert!(r.ok(), "{}", r.stderr());
+    assert!(r.u64("reconnects") >= 1, "the cut was not noticed: {}", r.json);
+    // Per stream: a chunk, the 256 KiB write buffer and both (doubled) 1 MiB socket buffers.
+    assert!(r.u64("bytes_resent") <= 2 * 6 * MIB, "resent {}", r.u64("bytes_resent"));
+    assert_eq!(fs::read(&src).unwrap(), fs::read(&dst).unwrap());
+}

@@ -1,0 +1,156 @@
+//! Real transfers through every kind of endpoint, checked byte for byte with SHA-256.
+
+mod common;
+use common::*;
+
+use std::fs;
+
+#[test]
+fn local_tree_copies_exactly() {
+    let t = scratch();
+    let src = t.path().join("src");
+    petascale_tree(&src);
+    let dst = t.path().join("dst");
+    let r = tern(&["cp", "-r", src.to_str().unwrap(), dst.to_str().unwrap()], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_same_tree(&src, &dst);
+    assert_no_leftovers(&dst);
+    // Holes stay holes: the 8 MiB sparse file uses about 2 MiB of blocks.
+    let blocks = std::os::unix::fs::MetadataExt::blocks(&fs::metadata(dst.join("d2/sparse.img")).unwrap());
+    assert!(blocks * 512 < 4 << 20, "sparse file was filled in: {} bytes allocated", blocks * 512);
+}
+
+#[test]
+fn daemon_tree_push_and_pull() {
+    let t = scratch();
+    let src = t.path().join("src");
+    petascale_tree(&src);
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let d = Daemon::start(&root, &t.path().join("token"));
+    let r = tern(&["cp", "-r", src.to_str().unwrap(), &d.url("/copy"), "--token-file", &d.token_arg()], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_same_tree(&src, &root.join("copy"));
+    let back = t.path().join("back");
+    let r = tern(&["cp", "-r", &d.url("/copy"), back.to_str().unwrap(), "--token-file", &d.token_arg(), "--no-encrypt"], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_same_tree(&src, &back);
+    assert_eq!(r.u64("files"), snapshot(&src).values().filter(|v| v.starts_with("file")).count() as u64);
+}
+
+#[test]
+fn ssh_tree_push_and_pull() {
+    let Some(sshd) = require_sshd() else { return };
+    let t = scratch();
+    let src = t.path().join("src");
+    petascale_tree(&src);
+    let dst = t.path().join("dst");
+    let ssh = sshd.ssh_cmd();
+    let r = tern(&["cp", "-r", "--ssh", &ssh, src.to_str().unwrap(), &format!("root@127.0.0.1:{}", dst.display())], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_same_tree(&src, &dst);
+    let back = t.path().join("back");
+    let r = tern(&["cp", "-r", "--ssh", &ssh, &format!("127.0.0.1:{}", dst.display()), back.to_str().unwrap()], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_same_tree(&src, &back);
+}
+
+#[test]
+fn one_gib_file_through_daemon() {
+    let t = scratch();
+    let src = t.path().join("big.bin");
+    {
+        // 1 GiB written in 64 MiB pieces of distinct data.
+        let f = fs::File::create(&src).unwrap();
+        for i in 0..16u64 {
+            std::os::unix::fs::FileExt::write_all_at(&f, &data(100 + i, 64 << 20), i * (64 << 20)).unwrap();
+        }
+    }
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let d = Daemon::start(&root, &t.path().join("token"));
+    let r = tern(&["cp", src.to_str().unwrap(), &d.url("/big.bin"), "--token-file", &d.token_arg()], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_eq!(r.u64("bytes"), 1 << 30);
+    assert_eq!(snapshot(t.path()).get(&b"big.bin"[..]), snapshot(&root).get(&b"big.bin"[..]));
+}
+
+#[test]
+fn ten_thousand_tiny_files_over_ssh() {
+    let Some(sshd) = require_sshd() else { return };
+    let t = scratch();
+    let src = t.path().join("tiny");
+    for i in 0..10_000u64 {
+        let dir = src.join(format!("g{:02}", i % 50));
+        if i < 50 {
+            fs::create_dir_all(&dir).unwrap();
+        }
+        fs::write(dir.join(format!("f{i}")), data(i, (i % 64) as usize + 1)).unwrap();
+    }
+    let dst = t.path().join("dst");
+    let r = tern(&["cp", "-r", "--ssh", &sshd.ssh_cmd(), src.to_str().unwrap(), &format!("127.0.0.1:{}", dst.display())], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_eq!(r.u64("files"), 10_000);
+    assert_same_tree(&src, &dst);
+}
+
+#[test]
+fn cp_naming_rules_and_resume_place() {
+    let t = scratch();
+    let src = t.path().join("src");
+    write_file(&src.join("a/f"), 1, 10);
+    let s = src.to_str().unwrap();
+    // dst missing: dst is the copy.
+    let dst = t.path().join("dst");
+    assert!(tern(&["cp", "-r", s, dst.to_str().unwrap()], &[]).ok());
+    assert!(dst.join("a/f").is_file());
+    // dst exists: dst/src.
+    assert!(tern(&["cp", "-r", s, dst.to_str().unwrap()], &[]).ok());
+    assert!(dst.join("src/a/f").is_file());
+    // src/. copies the contents.
+    let c = t.path().join("contents");
+    assert!(tern(&["cp", "-r", &format!("{s}/."), c.to_str().unwrap()], &[]).ok());
+    assert!(c.join("a/f").is_file());
+    // A single file onto a new name, and into a directory.
+    assert!(tern(&["cp", src.join("a/f").to_str().unwrap(), t.path().join("g").to_str().unwrap()], &[]).ok());
+    assert_eq!(fs::read(t.path().join("g")).unwrap(), data(1, 10));
+    assert!(tern(&["cp", src.join("a/f").to_str().unwrap(), c.to_str().unwrap()], &[]).ok());
+    assert!(c.join("f").is_file());
+}
+
+#[test]
+fn sync_skips_identical_deletes_extras_and_dry_runs() {
+    let t = scratch();
+    let src = t.path().join("src");
+    write_file(&src.join("keep"), 1, 1000);
+    write_file(&src.join("change"), 2, 1000);
+    let dst = t.path().join("dst");
+    let (s, d) = (src.to_str().unwrap(), dst.to_str().unwrap());
+    assert!(tern(&["sync", s, d], &[]).ok());
+    assert_same_tree(&src, &dst);
+    // Nothing changed: nothing sent.
+    let r = tern(&["sync", s, d], &[]);
+    assert_eq!((r.u64("bytes"), r.u64("files_skipped")), (0, 2));
+    // One file changed, one extra at the destination.
+    write_file(&src.join("change"), 3, 1000);
+    write_file(&dst.join("extra/old"), 4, 10);
+    let dry = tern(&["sync", "--delete", "--dry-run", s, d], &[]);
+    assert!(dry.ok(), "{}", dry.stderr());
+    let plan: Vec<String> = dry.json["plan"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+    assert!(plan.contains(&"copy change".to_string()) && plan.contains(&"skip keep".to_string()) && plan.contains(&"delete extra".to_string()), "{plan:?}");
+    assert!(dst.join("extra/old").exists(), "dry run changed nothing");
+    let r = tern(&["sync", "--delete", s, d], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_eq!((r.u64("files"), r.u64("deleted")), (1, 1));
+    assert_same_tree(&src, &dst);
+    // --checksum notices a change that kept size and mtime.
+    let mtime = fs::metadata(dst.join("keep")).unwrap().modified().unwrap();
+    let mut bytes = fs::read(dst.join("keep")).unwrap();
+    bytes[0] ^= 1;
+    fs::write(dst.join("keep"), bytes).unwrap();
+    fs::File::options().write(true).open(dst.join("keep")).unwrap().set_modified(mtime).unwrap();
+    assert_eq!(tern(&["sync", s, d], &[]).u64("files"), 0, "size+mtime cannot see it");
+    let r = tern(&["sync", "--checksum", s, d], &[]);
+    assert_eq!(r.u64("files"), 1);
+    assert_same_tree(&src, &dst);
+}
