@@ -8,6 +8,7 @@ use tern_proto::auth::{Party, proofs_equal, stream_proof, stream_tag_key};
 use tern_proto::data::{DATA_ACCEPT, DATA_HELLO, DataHello};
 use tern_proto::frame::{FrameHeader, HEADER_LEN};
 
+use crate::seal::{EXPORTER_LABEL, Sealer};
 use crate::transport::{Closer, Stream, random, tune_socket};
 
 /// One open data stream, ready for chunk frames.
@@ -16,7 +17,25 @@ pub struct DataConn {
     pub index: u32,
     /// Per-chunk tag key when the stream is not encrypted (and not an in-process socket).
     pub tag_key: Option<[u8; 32]>,
+    /// AES-256-GCM sealing of every frame when encrypted (key exported from the TLS session).
+    pub sealer: Option<Sealer>,
     pub closer: Closer,
+}
+
+/// Sent on the raw socket after the hello exchange: from here on frames bypass TLS, so the
+/// acceptor must not send before the connector's TLS layer has stopped reading.
+const GO: u8 = b'G';
+
+fn export_data_key(stream: &Stream, index: u32) -> io::Result<Option<[u8; 32]>> {
+    let mut key = [0u8; 32];
+    let ctx = index.to_be_bytes();
+    let r = match stream {
+        Stream::TlsClient(s) => s.conn.export_keying_material(&mut key, EXPORTER_LABEL, Some(&ctx)).map(|_| ()),
+        Stream::TlsServer(s) => s.conn.export_keying_material(&mut key, EXPORTER_LABEL, Some(&ctx)).map(|_| ()),
+        _ => return Ok(None),
+    };
+    r.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("TLS exporter: {e}")))?;
+    Ok(Some(key))
 }
 
 /// What both ends of a session know after the control handshake.
@@ -31,7 +50,7 @@ pub struct StreamAuth {
 pub fn connect_stream(sock: TcpStream, auth: &StreamAuth, index: u32, bufsize: Option<usize>) -> io::Result<DataConn> {
     tune_socket(&sock, bufsize);
     sock.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let mut kind = [if auth.encrypt { b'D' } else { b'P' }];
+    let kind = [if auth.encrypt { b'D' } else { b'P' }];
     (&sock).write_all(&kind)?;
     let (mut stream, exporter) = if auth.encrypt { Stream::tls_client(sock.try_clone()?)? } else { (Stream::Tcp(sock.try_clone()?), [0u8; 32]) };
     let nonce = random::<32>();
@@ -50,18 +69,21 @@ pub fn connect_stream(sock: TcpStream, auth: &StreamAuth, index: u32, bufsize: O
     if !proofs_equal(&theirs, &expect) {
         return Err(io::Error::new(io::ErrorKind::PermissionDenied, "data stream peer failed authentication"));
     }
+    let data_key = export_data_key(&stream, index)?;
+    drop(stream);
+    (&sock).write_all(&[GO])?;
     sock.set_read_timeout(None)?;
-    kind[0] = 0;
-    let _ = kind;
+    let stream = Stream::Tcp(sock);
     let closer = stream.closer();
     let tag_key = (!auth.encrypt).then(|| stream_tag_key(&auth.session_key, &auth.session_id, index, &nonce));
-    Ok(DataConn { stream, index, tag_key, closer })
+    Ok(DataConn { stream, index, tag_key, sealer: data_key.map(|k| Sealer::new(&k)), closer })
 }
 
 /// A data stream after the acceptor read its kind byte and (for TLS) completed the handshake,
 /// and read the hello: the session it names must then verify the proof.
 pub struct PendingStream {
     pub stream: Stream,
+    sock: TcpStream,
     pub exporter: [u8; 32],
     pub hello: DataHello,
     pub encrypted: bool,
@@ -86,8 +108,7 @@ pub fn accept_stream(sock: TcpStream, kind: u8) -> io::Result<PendingStream> {
     let mut body = [0u8; DataHello::BODY_LEN];
     stream.read_exact(&mut body)?;
     let hello = DataHello::decode(&body).map_err(bad)?;
-    sock.set_read_timeout(None)?;
-    Ok(PendingStream { stream, exporter, hello, encrypted })
+    Ok(PendingStream { stream, sock, exporter, hello, encrypted })
 }
 
 impl PendingStream {
@@ -106,9 +127,17 @@ impl PendingStream {
         reply.extend_from_slice(&ours);
         self.stream.write_all(&reply)?;
         self.stream.flush()?;
-        let closer = self.stream.closer();
+        let data_key = export_data_key(&self.stream, h.stream)?;
+        let mut go = [0u8; 1];
+        (&self.sock).read_exact(&mut go)?;
+        if go[0] != GO {
+            return Err(bad("data stream did not start"));
+        }
+        self.sock.set_read_timeout(None)?;
+        let stream = Stream::Tcp(self.sock);
+        let closer = stream.closer();
         let tag_key = (!auth.encrypt).then(|| stream_tag_key(&auth.session_key, &auth.session_id, h.stream, &h.nonce));
-        Ok(DataConn { stream: self.stream, index: h.stream, tag_key, closer })
+        Ok(DataConn { stream, index: h.stream, tag_key, sealer: data_key.map(|k| Sealer::new(&k)), closer })
     }
 }
 

@@ -22,3 +22,4 @@ pub mod endpoint;
 pub mod handshake;
 pub mod server;
 pub mod session;
+pub mod seal;

@@ -29,6 +29,7 @@ use crate::hashing::{hash_file, is_zero};
 use crate::journal::{Journal, JournalHeader};
 use crate::layout::{self, Layout};
 use crate::progress::Progress;
+use crate::seal::TAG_LEN;
 
 pub struct ReceiverParams {
     /// The destination as the user named it, already resolved (and confined, for a daemon).
@@ -806,11 +807,13 @@ fn extras(root: &std::path::Path, keep: &HashSet<Vec<u8>>) -> Vec<Vec<u8>> {
 }
 
 /// One data stream: read chunk frames, verify, write. Exits at end of stream.
-fn recv_worker(conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_size: u32, ending: Arc<std::sync::atomic::AtomicBool>) {
+fn recv_worker(mut conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_size: u32, ending: Arc<std::sync::atomic::AtomicBool>) {
     let index = conn.index;
     let tag_key = conn.tag_key;
+    let mut sealer = conn.sealer.take();
+    let trailer = if sealer.is_some() { TAG_LEN } else { 0 };
     let mut r = BufReader::with_capacity(256 << 10, conn.stream);
-    let mut buf = vec![0u8; chunk_size as usize];
+    let mut buf = vec![0u8; ChunkHeader::LEN + chunk_size as usize + TAG_LEN];
     let mut seq = 0u64;
     let fail = |msg: String| {
         if !ending.load(Relaxed) {
@@ -828,25 +831,27 @@ fn recv_worker(conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_size: 
             Err(e) => return fail(err_text(&e)),
         }
         let frame = FrameHeader::parse(head, tern_proto::data::max_data_frame(chunk_size));
-        let len = match frame.and_then(|f| chunk_data_len(f, chunk_size)) {
+        let len = match frame.and_then(|f| chunk_data_len(f, chunk_size, trailer)) {
             Ok(n) => n,
             Err(e) => return fatal(&events, format!("protocol error on data stream {index}: {e}")),
         };
-        let mut hb = [0u8; ChunkHeader::LEN];
-        if let Err(e) = r.read_exact(&mut hb) {
+        let body = &mut buf[..ChunkHeader::LEN + len + trailer];
+        if let Err(e) = r.read_exact(body) {
             return fail(err_text(&e));
         }
-        let h = ChunkHeader::decode(&hb);
+        if let Some(s) = sealer.as_mut()
+            && !s.open(&head, body)
+        {
+            return fatal(&events, format!("data stream {index} failed decryption (corrupted, injected or reordered data); refusing it"));
+        }
+        let h = ChunkHeader::decode(body[..ChunkHeader::LEN].try_into().unwrap());
         if let Some(key) = &tag_key
             && !tern_proto::auth::proofs_equal(&h.compute_tag(key, seq), &h.tag)
         {
             return fatal(&events, format!("data stream {index} failed authentication (injected or reordered data); refusing it"));
         }
         seq += 1;
-        let data = &mut buf[..len];
-        if let Err(e) = r.read_exact(data) {
-            return fail(err_text(&e));
-        }
+        let data = &mut body[ChunkHeader::LEN..ChunkHeader::LEN + len];
         let hash = chunk_hash(data);
         if hash != h.hash {
             let _ = events.send(Event::ChunkBad { id: h.file_id, index: h.index, len: len as u32 });

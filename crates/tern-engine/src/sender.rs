@@ -22,6 +22,7 @@ use crate::error::{Side, TransferError, err_text};
 use crate::faults::{chunk_hash, faults};
 use crate::progress::Progress;
 use crate::ratelimit::RateLimit;
+use crate::seal::TAG_LEN;
 use crate::walk::{SourceSpec, SrcFile, walk};
 
 /// What the sending side remembers across reconnects within one run.
@@ -454,7 +455,9 @@ fn walker(events: Sender<Event>, writer: Arc<CtrlWriter>, sources: Vec<SourceSpe
 /// One data stream: pull wanted chunks, read, hash, send. Exits when the queue closes.
 fn send_worker(mut conn: DataConn, work: Receiver<Work>, events: Sender<Event>, chunk_size: u32, rate: Option<Arc<RateLimit>>) {
     const PREFIX: usize = HEADER_LEN + ChunkHeader::LEN;
-    let mut buf = vec![0u8; PREFIX + chunk_size as usize];
+    let mut buf = vec![0u8; PREFIX + chunk_size as usize + TAG_LEN];
+    let mut sealer = conn.sealer.take();
+    let trailer = if sealer.is_some() { TAG_LEN } else { 0 };
     let mut out = BufWriter::with_capacity(256 << 10, &mut conn.stream);
     let mut seq = 0u64;
     let mut open: Option<(u64, File)> = None;
@@ -518,15 +521,21 @@ fn send_worker(mut conn: DataConn, work: Receiver<Work>, events: Sender<Event>, 
             header.tag = header.compute_tag(key, seq);
         }
         seq += 1;
-        buf[..HEADER_LEN].copy_from_slice(&ChunkHeader::frame_header(w.len as usize));
+        buf[..HEADER_LEN].copy_from_slice(&ChunkHeader::frame_header(w.len as usize + trailer));
         buf[HEADER_LEN..PREFIX].copy_from_slice(&header.encode());
+        let end = PREFIX + w.len as usize;
+        if let Some(s) = sealer.as_mut() {
+            let (aad, body) = buf[..end].split_at_mut(HEADER_LEN);
+            let tag = s.seal(aad, body);
+            buf[end..end + TAG_LEN].copy_from_slice(&tag);
+        }
         if let Some(r) = &rate {
             r.take(w.len as usize);
         }
         if faults.delay_ms > 0 {
             thread::sleep(std::time::Duration::from_millis(faults.delay_ms));
         }
-        let frame = &buf[..PREFIX + w.len as usize];
+        let frame = &buf[..end + trailer];
         let sent = out.write_all(frame);
         if let Err(e) = sent {
             let _ = events.send(Event::StreamFailed(TransferError::network(format!("data stream {}: {}", conn.index, err_text(&e)))));

@@ -101,8 +101,8 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
             for i in 0..n {
                 let (a, b) = UnixStream::pair().map_err(local_err)?;
                 let (ca, cb) = (Stream::Unix(a), Stream::Unix(b));
-                mine.push(DataConn { closer: ca.closer(), stream: ca, index: i as u32, tag_key: None });
-                theirs.push(DataConn { closer: cb.closer(), stream: cb, index: i as u32, tag_key: None });
+                mine.push(DataConn { closer: ca.closer(), stream: ca, index: i as u32, tag_key: None, sealer: None });
+                theirs.push(DataConn { closer: cb.closer(), stream: cb, index: i as u32, tag_key: None, sealer: None });
             }
             let server_half = ControlHalves::from_unix(c2).map_err(local_err)?;
             let params = ReceiverParams {

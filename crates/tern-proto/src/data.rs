@@ -100,16 +100,17 @@ pub fn max_data_frame(chunk_size: u32) -> u32 {
     chunk_size.min(limits::MAX_CHUNK_SIZE) + limits::MAX_DATA_OVERHEAD
 }
 
-/// Data length of a chunk frame after bounds checks.
-pub fn chunk_data_len(header: FrameHeader, chunk_size: u32) -> Result<usize, ProtoError> {
+/// Data length of a chunk frame after bounds checks. `trailer` is the AEAD tag length of a
+/// sealed stream (0 otherwise).
+pub fn chunk_data_len(header: FrameHeader, chunk_size: u32, trailer: usize) -> Result<usize, ProtoError> {
     if header.frame_type != CHUNK {
         return Err(ProtoError::UnknownType(header.frame_type));
     }
     let body = header.body_len as usize;
-    if body < ChunkHeader::LEN {
+    if body < ChunkHeader::LEN + trailer {
         return Err(ProtoError::Truncated("chunk header"));
     }
-    let data = body - ChunkHeader::LEN;
+    let data = body - ChunkHeader::LEN - trailer;
     if data > chunk_size as usize {
         return Err(ProtoError::TooLong { what: "chunk", len: data, max: chunk_size as usize });
     }
@@ -136,9 +137,10 @@ mod tests {
     #[test]
     fn chunk_length_is_bounded() {
         let hdr = FrameHeader { frame_type: CHUNK, body_len: (ChunkHeader::LEN + 10) as u32 };
-        assert_eq!(chunk_data_len(hdr, 10), Ok(10));
-        assert!(chunk_data_len(hdr, 9).is_err());
+        assert_eq!(chunk_data_len(hdr, 10, 0), Ok(10));
+        assert!(chunk_data_len(hdr, 9, 0).is_err());
+        assert_eq!(chunk_data_len(hdr, 10, 4), Ok(6));
         let short = FrameHeader { frame_type: CHUNK, body_len: 3 };
-        assert!(chunk_data_len(short, 10).is_err());
+        assert!(chunk_data_len(short, 10, 0).is_err());
     }
 }
