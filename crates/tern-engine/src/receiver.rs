@@ -281,6 +281,7 @@ fn await_bye(ctx: &mut Ctx, rx: &Receiver<Event>) -> Result<Summary, TransferErr
                 {
                     let _ = std::fs::remove_file(m);
                 }
+                let _ = ctx.writer.send(&Control::Bye);
                 return Ok(ctx.summary);
             }
             Ok(Event::CtrlFailed(_)) | Err(_) => break,
@@ -407,6 +408,7 @@ fn release(ctx: &mut Ctx, id: u64) {
         ctx.outstanding_bytes = ctx.outstanding_bytes.saturating_sub(f.outstanding);
         ctx.outstanding_files -= 1;
         f.outstanding = 0;
+        f.state = State::Pending;
     }
     ctx.sinks.write().unwrap().remove(&id);
 }
@@ -416,9 +418,7 @@ fn mark_done(ctx: &mut Ctx, id: u64, ok: bool) {
     if f.state == State::Done {
         return;
     }
-    if matches!(f.state, State::Receiving | State::Finalizing) && ok {
-        ctx.outstanding_files -= 1;
-    }
+    debug_assert!(f.state != State::Receiving, "release() a receiving file before marking it done");
     f.state = State::Done;
     f.assembly = None;
     ctx.unfinished -= 1;
@@ -460,7 +460,9 @@ fn try_complete(ctx: &mut Ctx, id: u64) -> Result<(), TransferError> {
         return Ok(());
     }
     let expected = Some(file_hash(a.size, (0..a.chunks()).map(|i| a.hash_of(i).unwrap())));
+    // All its data is here: the file leaves the flow-control window (finalizing is local work).
     f.state = State::Finalizing;
+    ctx.outstanding_files -= 1;
     let _ = ctx.finalize.send((id, sink, expected));
     Ok(())
 }

@@ -189,7 +189,17 @@ fn self_loop(
     let progress = &p.progress;
     loop {
         if walk_done && unfinished == 0 && let Some(s) = summary {
-            writer.send(&Control::Bye)?;
+            // Everything is verified and reported. Our Bye lets the receiver remove its resume
+            // marker; waiting for its Bye means that when we return, the destination is final.
+            if writer.send(&Control::Bye).is_ok() {
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+                while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+                    match rx.recv_timeout(left) {
+                        Ok(Event::Ctrl(Control::Bye)) | Ok(Event::CtrlFailed(_)) | Err(_) => break,
+                        Ok(_) => {}
+                    }
+                }
+            }
             return Ok(s);
         }
         let Ok(ev) = rx.recv() else {

@@ -123,6 +123,7 @@ pub fn serve_session(
     session_id: [u8; 16],
     data_addr: String,
     streams: Receiver<PendingStream>,
+    reverse_to: Option<String>,
     progress: Arc<Progress>,
 ) -> Result<Summary, TransferError> {
     let mut reader = CtrlReader::new(halves.reader);
@@ -152,7 +153,22 @@ pub fn serve_session(
     writer.send(&Control::Ready { session_id, data_addr: data_addr.into_bytes(), nonce: random() })?;
     let auth = StreamAuth { session_id, session_key: key, encrypt: !options.no_encrypt() };
     let mut conns = Vec::new();
-    for _ in 0..options.streams {
+    if let Some(addr) = &reverse_to {
+        // --reverse: only outbound connections are allowed here, so we connect to the client.
+        conns = thread::scope(|s| {
+            let handles: Vec<_> = (0..options.streams as u32)
+                .map(|i| {
+                    let auth = &auth;
+                    s.spawn(move || {
+                        let sock = TcpStream::connect(addr.as_str()).map_err(|e| TransferError::network(format!("--reverse: cannot connect back to {addr}: {e}")))?;
+                        crate::datastream::connect_stream(sock, auth, i, None).map_err(|e| TransferError::network(format!("--reverse data stream: {e}")))
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(TransferError::network("stream setup panicked")))).collect::<Result<Vec<_>, _>>()
+        })?;
+    }
+    for _ in conns.len()..options.streams as usize {
         let pending = streams.recv_timeout(Duration::from_secs(30)).map_err(|_| TransferError::network("the client did not open its data streams within 30 s (a firewall between the hosts? try --reverse)"))?;
         match pending.finish(&auth) {
             Ok(c) => conns.push(c),
@@ -186,7 +202,7 @@ pub fn serve_session(
                 options,
                 progress,
                 window_bytes: crate::session::WINDOW_BYTES,
-                window_files: crate::session::WINDOW_FILES,
+                window_files: if options.concurrency > 0 { options.concurrency as usize } else { crate::session::WINDOW_FILES },
             };
             receiving.run(reader, writer, conns, params)
         }
@@ -226,7 +242,7 @@ fn daemon_connection(sock: TcpStream, registry: &Registry, roots: &Roots, key: &
             let (tx, rx) = unbounded();
             registry.lock().unwrap().insert(session_id, tx);
             let progress = Arc::new(Progress::default());
-            let r = serve_session(halves, exporter, *key, roots, session_id, local.to_string(), rx, progress);
+            let r = serve_session(halves, exporter, *key, roots, session_id, local.to_string(), rx, None, progress);
             registry.lock().unwrap().remove(&session_id);
             match &r {
                 Ok(s) => tracing::info!("session done: {} files, {} bytes", s.files_done, s.bytes_written),
@@ -251,17 +267,30 @@ fn daemon_connection(sock: TcpStream, registry: &Registry, roots: &Roots, key: &
 
 /// `tern _remote`: the far end of an ssh-mode session. The control channel is stdin/stdout;
 /// the first line on stdin is the session secret; data streams arrive on a fresh port.
-pub fn serve_remote(port_range: Option<(u16, u16)>) -> Result<(), TransferError> {
+pub fn serve_remote(port_range: Option<(u16, u16)>, reverse_port: Option<u16>) -> Result<(), TransferError> {
     let mut stdin = BufReader::new(std::io::stdin());
     let mut line = String::new();
     stdin.read_line(&mut line).map_err(crate::control::net_err)?;
     let secret = line.trim().strip_prefix("TERN-SECRET ").ok_or_else(|| TransferError::fatal(Side::Network, "expected the session secret on stdin"))?.to_string();
+    let ssh_field = |n: usize| std::env::var("SSH_CONNECTION").ok().and_then(|v| v.split_whitespace().nth(n).map(str::to_string)).unwrap_or_default();
+    let bracket = |ip: String, port: u16| if ip.contains(':') { format!("[{ip}]:{port}") } else { format!("{ip}:{port}") };
+    let (tx, rx) = bounded(64);
+    if let Some(port) = reverse_port {
+        // The client listens; it is where our ssh connection came from.
+        let client_ip = match ssh_field(0) {
+            ip if ip.is_empty() => "127.0.0.1".to_string(),
+            ip => ip,
+        };
+        let halves = ControlHalves { reader: Box::new(stdin), writer: Box::new(std::io::stdout()), closer: crate::transport::Closer::noop() };
+        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
+        let key = tern_proto::auth::token_key(secret.as_bytes());
+        drop(tx);
+        return serve_session(halves, [0; 32], key, &Roots::Home(home), random(), String::new(), rx, Some(bracket(client_ip, port)), Arc::new(Progress::default())).map(|_| ());
+    }
     let listener = bind_range(port_range).map_err(|e| TransferError::fatal(Side::Network, format!("cannot listen for data streams: {e} (choose another --port-range)")))?;
     let port = listener.local_addr().map_err(crate::control::net_err)?.port();
     // The address ssh reached us on is the one the client can reach for data, too.
-    let ip = std::env::var("SSH_CONNECTION").ok().and_then(|v| v.split_whitespace().nth(2).map(str::to_string)).unwrap_or_default();
-    let data_addr = if ip.contains(':') { format!("[{ip}]:{port}") } else { format!("{ip}:{port}") };
-    let (tx, rx) = bounded(64);
+    let data_addr = bracket(ssh_field(2), port);
     thread::spawn(move || {
         for sock in listener.incoming().flatten() {
             let tx = tx.clone();
@@ -279,10 +308,10 @@ pub fn serve_remote(port_range: Option<(u16, u16)>) -> Result<(), TransferError>
     let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
     let session_id = random::<16>();
     let key = tern_proto::auth::token_key(secret.as_bytes());
-    serve_session(halves, [0; 32], key, &Roots::Home(home), session_id, data_addr, rx, Arc::new(Progress::default())).map(|_| ())
+    serve_session(halves, [0; 32], key, &Roots::Home(home), session_id, data_addr, rx, None, Arc::new(Progress::default())).map(|_| ())
 }
 
-fn bind_range(range: Option<(u16, u16)>) -> std::io::Result<TcpListener> {
+pub fn bind_range(range: Option<(u16, u16)>) -> std::io::Result<TcpListener> {
     let (lo, hi) = range.unwrap_or((0, 0));
     let mut last = None;
     for port in lo..=hi {

@@ -37,6 +37,8 @@ pub struct SshOptions {
     pub remote_bin: Option<String>,
     pub install_remote: bool,
     pub port_range: Option<(u16, u16)>,
+    /// The remote side connects back to us (only outbound connections allowed there).
+    pub reverse: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -111,7 +113,7 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
                 options,
                 progress: Arc::new(Progress::default()),
                 window_bytes: WINDOW_BYTES,
-                window_files: WINDOW_FILES,
+                window_files: if options.concurrency > 0 { options.concurrency as usize } else { WINDOW_FILES },
             };
             let recv = thread::spawn(move || Receiving::new().run(CtrlReader::new(server_half.reader), Arc::new(CtrlWriter::new(server_half.writer)), theirs, params));
             let client_half = ControlHalves::from_unix(c1).map_err(local_err)?;
@@ -125,13 +127,20 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
             }
         }
         Endpoint::Ssh { host, path } => {
-            let mut conn = SshConn::spawn(spec, host, &secret)?;
+            let reverse = if spec.ssh.reverse {
+                let l = crate::server::bind_range(spec.ssh.port_range).map_err(|e| TransferError::fatal(Side::Network, format!("--reverse: cannot listen: {e}")))?;
+                Some(l)
+            } else {
+                None
+            };
+            let reverse_port = reverse.as_ref().and_then(|l| l.local_addr().ok()).map(|a| a.port());
+            let mut conn = SshConn::spawn(spec, host, &secret, reverse_port)?;
             let mut reader = CtrlReader::new(conn.stdout.take().unwrap());
             let writer = Arc::new(CtrlWriter::new(conn.stdin.take().unwrap()));
             let r = (|| {
-                let session_key = crate::handshake::client(&mut reader, &writer, &key, &[0; 32], host).map_err(|e| conn.explain(e))?;
+                let session_key = crate::handshake::client(&mut reader, &writer, &key, &[0; 32], host)?;
                 let data_host = ssh_host_name(host);
-                run_remote(spec, &mut options, progress, memory, rate, reader, writer, session_key, push, path, &data_host)
+                run_remote(spec, &mut options, progress, memory, rate, reader, writer, session_key, push, path, &data_host, reverse.as_ref())
             })();
             r.map_err(|e| conn.explain(e))
         }
@@ -146,7 +155,7 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
             let mut reader = CtrlReader::new(halves.reader);
             let writer = Arc::new(CtrlWriter::new(halves.writer));
             let session_key = crate::handshake::client(&mut reader, &writer, &key, &exporter, &format!("the daemon at {addr}"))?;
-            run_remote(spec, &mut options, progress, memory, rate, reader, writer, session_key, push, path, &bracket(host))
+            run_remote(spec, &mut options, progress, memory, rate, reader, writer, session_key, push, path, &bracket(host), None)
         }
     }
 }
@@ -198,6 +207,7 @@ fn run_remote(
     push: bool,
     remote_path: &str,
     data_host: &str,
+    reverse: Option<&std::net::TcpListener>,
 ) -> Result<Summary, TransferError> {
     let (role, sources, destination) = if push {
         let srcs = spec.sources.iter().map(|s| s.path_str().into_bytes()).collect();
@@ -212,27 +222,74 @@ fn run_remote(
         Control::Fatal { side, message } => return Err(TransferError::fatal(side, message)),
         _ => return Err(TransferError::fatal(Side::Network, "expected the server to be ready")),
     };
+    let auth = StreamAuth { session_id, session_key, encrypt: !options.no_encrypt() };
+    if let Some(listener) = reverse {
+        let conns = accept_reverse(listener, &auth, options.streams)?;
+        return run_local_role(spec, *options, progress, memory, rate, reader, writer, conns, None, push);
+    }
     // An unspecified or wildcard address means: the host we already reached.
     let data_addr = match data_addr.rsplit_once(':') {
         Some((ip, port)) if ip.is_empty() || ip == "0.0.0.0" || ip == "[::]" => format!("{data_host}:{port}"),
         Some(_) => data_addr,
         None => return Err(TransferError::fatal(Side::Network, "the server reported no data address")),
     };
-    let auth = StreamAuth { session_id, session_key, encrypt: !options.no_encrypt() };
     let bufsize = spec.bufsize;
-    let open = move |i: u32| -> Result<DataConn, TransferError> {
+    let open = &move |i: u32| -> Result<DataConn, TransferError> {
         let sock = connect(&data_addr)?;
         connect_stream(sock, &auth, i, bufsize).map_err(|e| TransferError::network(format!("data stream to {data_addr}: {e}")))
     };
-    let conns = (0..options.streams as u32).map(&open).collect::<Result<Vec<_>, _>>()?;
+    // In parallel: each stream costs a TCP and a TLS handshake, three round trips on a WAN.
+    let conns = thread::scope(|s| {
+        let handles: Vec<_> = (0..options.streams as u32).map(|i| s.spawn(move || open(i))).collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(TransferError::network("stream setup panicked")))).collect::<Result<Vec<_>, _>>()
+    })?;
+    let open = open.clone();
     let opener = move |i: u32| open(i).ok();
+    run_local_role(spec, *options, progress, memory, rate, reader, writer, conns, Some(Box::new(opener)), push)
+}
+
+/// `--reverse`: the remote side connects to our listener.
+fn accept_reverse(listener: &std::net::TcpListener, auth: &StreamAuth, n: u16) -> Result<Vec<DataConn>, TransferError> {
+    listener.set_nonblocking(true).map_err(crate::control::net_err)?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut conns = Vec::new();
+    while conns.len() < n as usize {
+        match listener.accept() {
+            Ok((sock, _)) => {
+                sock.set_nonblocking(false).map_err(crate::control::net_err)?;
+                let mut kind = [0u8; 1];
+                (&sock).read_exact(&mut kind).map_err(crate::control::net_err)?;
+                let pending = crate::datastream::accept_stream(sock, kind[0]).map_err(|e| TransferError::network(format!("--reverse data stream: {e}")))?;
+                conns.push(pending.finish(auth).map_err(|e| TransferError::network(format!("--reverse data stream: {e}")))?);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => thread::sleep(Duration::from_millis(10)),
+            Err(e) => return Err(TransferError::network(format!("--reverse: the remote side did not connect back: {e} (is our port reachable from it?)"))),
+        }
+    }
+    Ok(conns)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_local_role(
+    spec: &ClientSpec,
+    options: Options,
+    progress: &Arc<Progress>,
+    memory: &Arc<Mutex<SendMemory>>,
+    rate: &Option<Arc<RateLimit>>,
+    reader: CtrlReader,
+    writer: Arc<CtrlWriter>,
+    conns: Vec<DataConn>,
+    opener: Option<Opener>,
+    push: bool,
+) -> Result<Summary, TransferError> {
+    let options = &options;
     if push {
-        run_sender(spec, *options, progress, memory, rate, reader, writer, conns, Some(Box::new(opener)))
+        run_sender(spec, *options, progress, memory, rate, reader, writer, conns, opener)
     } else {
         let receiving = Receiving::new();
         let feed = receiving.feed();
-        if spec.adaptive {
-            start_ramp(progress.clone(), options.streams, spec.max_streams, Box::new(opener), Box::new(move |c| feed.add(c)));
+        if let Some(opener) = opener.filter(|_| spec.adaptive) {
+            start_ramp(progress.clone(), options.streams, spec.max_streams, opener, Box::new(move |c| feed.add(c)));
         }
         let params = ReceiverParams {
             destination: match &spec.dest {
@@ -243,7 +300,7 @@ fn run_remote(
             options: *options,
             progress: progress.clone(),
             window_bytes: WINDOW_BYTES,
-            window_files: WINDOW_FILES,
+            window_files: if options.concurrency > 0 { options.concurrency as usize } else { WINDOW_FILES },
         };
         receiving.run(reader, writer, conns, params)
     }
@@ -283,7 +340,7 @@ fn run_sender(
 /// Adds data streams while each addition still raises throughput by at least 10 %.
 fn start_ramp(progress: Arc<Progress>, start: u16, max: u16, opener: Opener, add: Box<dyn Fn(DataConn) + Send>) {
     thread::spawn(move || {
-        let period = Duration::from_secs(2);
+        let period = Duration::from_secs(1);
         let mut streams = start as u32;
         let sample = |p: &Progress| Progress::get(&p.bytes);
         thread::sleep(period);
@@ -326,13 +383,15 @@ struct SshConn {
 pub const REMOTE_CACHE: &str = concat!("~/.cache/tern/", env!("CARGO_PKG_VERSION"), "/tern");
 
 impl SshConn {
-    fn spawn(spec: &ClientSpec, host: &str, secret: &[u8; 32]) -> Result<Self, TransferError> {
+    fn spawn(spec: &ClientSpec, host: &str, secret: &[u8; 32], reverse_port: Option<u16>) -> Result<Self, TransferError> {
         if spec.ssh.install_remote {
             install_remote(spec, host)?;
         }
         let bin = spec.ssh.remote_bin.clone().unwrap_or_else(|| format!("\"$(command -v tern || echo {REMOTE_CACHE})\""));
         let mut remote_cmd = format!("{bin} _remote");
-        if let Some((lo, hi)) = spec.ssh.port_range {
+        if let Some(p) = reverse_port {
+            remote_cmd.push_str(&format!(" --reverse-port {p}"));
+        } else if let Some((lo, hi)) = spec.ssh.port_range {
             remote_cmd.push_str(&format!(" --port-range {lo}-{hi}"));
         }
         let mut cmd = ssh_command(spec, host);
@@ -372,13 +431,24 @@ impl SshConn {
         };
         thread::sleep(Duration::from_millis(50));
         let tail = self.stderr_tail.lock().unwrap().clone();
-        let last = tail.iter().rev().find(|l| !l.trim().is_empty()).cloned().unwrap_or_default();
+        // The most telling line: an error line if there is one, else the last one.
+        let last = tail
+            .iter()
+            .rev()
+            .find(|l| l.to_lowercase().contains("error") || l.starts_with("tern"))
+            .or_else(|| tail.iter().rev().find(|l| !l.trim().is_empty()))
+            .cloned()
+            .unwrap_or_default();
         match status.and_then(|s| s.code()) {
             Some(127) => TransferError::fatal(
                 Side::Network,
                 format!("{}: tern is not installed on the remote host; re-run with --install-remote (copies this binary to {REMOTE_CACHE} over ssh) or pass --remote-bin PATH", self.host),
             ),
             Some(255) => TransferError::network(format!("ssh to {} failed: {last}", self.host)),
+            Some(2) => TransferError::fatal(
+                Side::Network,
+                format!("the tern on {} did not understand us (an older version? upgrade it or use --install-remote): {last}", self.host),
+            ),
             Some(_) | None if !last.is_empty() => TransferError::new(e.side, e.scope, e.path.clone(), format!("{} (remote said: {last})", e.message)),
             _ => e,
         }

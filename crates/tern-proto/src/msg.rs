@@ -75,6 +75,8 @@ pub struct Options {
     pub flags: u32,
     pub chunk_size: u32,
     pub streams: u16,
+    /// Files in flight at the receiver (0: its default).
+    pub concurrency: u32,
 }
 
 macro_rules! flag {
@@ -197,7 +199,7 @@ impl Control {
                     Role::Sender => 0,
                     Role::Receiver => 1,
                 });
-                w.u32(options.flags).u32(options.chunk_size).u16(options.streams);
+                w.u32(options.flags).u32(options.chunk_size).u16(options.streams).u32(options.concurrency);
                 w.u32(sources.len() as u32);
                 for s in sources {
                     w.bytes(s);
@@ -307,6 +309,7 @@ impl Control {
                     flags: r.u32("flags")?,
                     chunk_size: r.u32("chunk_size")?,
                     streams: r.u16("streams")?,
+                    concurrency: r.u32("concurrency")?,
                 };
                 if options.chunk_size < limits::MIN_CHUNK_SIZE || options.chunk_size > limits::MAX_CHUNK_SIZE {
                     return Err(ProtoError::Invalid { what: "chunk size", why: "out of range" });
@@ -471,7 +474,7 @@ mod tests {
 
     #[test]
     fn every_message_roundtrips() {
-        let mut opts = Options { flags: 0, chunk_size: 4 << 20, streams: 8 };
+        let mut opts = Options { flags: 0, chunk_size: 4 << 20, streams: 8, concurrency: 100 };
         opts.set_preserve(true);
         opts.set_delete(true);
         roundtrip(Control::Hello { min_version: 1, max_version: 3, features: 5 });

@@ -50,6 +50,49 @@ impl Display {
     }
 }
 
+/// One JSON line per second on stdout with the counters, for a supervising process.
+pub struct JsonTicker {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+impl JsonTicker {
+    pub fn start(p: Arc<Progress>) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let started = std::time::Instant::now();
+            while !s.load(Ordering::Relaxed) {
+                let line = json!({ "progress": {
+                    "seconds": started.elapsed().as_secs_f64(),
+                    "bytes": Progress::get(&p.bytes),
+                    "bytes_skipped": Progress::get(&p.bytes_skipped),
+                    "bytes_total": Progress::get(&p.bytes_total),
+                    "files_done": Progress::get(&p.files_done),
+                    "files_skipped": Progress::get(&p.files_skipped),
+                    "files_failed": Progress::get(&p.files_failed),
+                    "files_total": Progress::get(&p.files_total),
+                    "streams": Progress::get(&p.streams),
+                    "reconnects": Progress::get(&p.reconnects),
+                }});
+                println!("{line}");
+                for _ in 0..10 {
+                    if s.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        });
+        Self { stop, thread }
+    }
+
+    pub fn finish(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.thread.join();
+    }
+}
+
 fn error_json(e: &TransferError) -> serde_json::Value {
     json!({ "path": e.path, "side": e.side.as_str(), "message": e.message })
 }

@@ -154,3 +154,53 @@ fn sync_skips_identical_deletes_extras_and_dry_runs() {
     assert_eq!(r.u64("files"), 1);
     assert_same_tree(&src, &dst);
 }
+
+#[test]
+fn reverse_mode_connects_back_both_ways() {
+    let Some(sshd) = require_sshd() else { return };
+    let t = scratch();
+    let src = t.path().join("src");
+    petascale_tree(&src);
+    let dst = t.path().join("dst");
+    let ssh = sshd.ssh_cmd();
+    let r = tern(&["cp", "-r", "--reverse", "--ssh", &ssh, src.to_str().unwrap(), &format!("127.0.0.1:{}", dst.display())], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_same_tree(&src, &dst);
+    let back = t.path().join("back");
+    let r = tern(&["cp", "-r", "--reverse", "--no-encrypt", "--ssh", &ssh, &format!("127.0.0.1:{}", dst.display()), back.to_str().unwrap()], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_same_tree(&src, &back);
+}
+
+#[test]
+fn ipv6_daemon() {
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("SKIP: no IPv6 loopback here");
+        return;
+    }
+    let t = scratch();
+    let src = t.path().join("src");
+    write_file(&src.join("a/b"), 7, 300_000);
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let port = free_port();
+    let token = t.path().join("token");
+    let mut child = std::process::Command::new(tern_bin())
+        .args(["serve", "--listen", &format!("[::1]:{port}"), "--root"])
+        .arg(&root)
+        .arg("--token-file")
+        .arg(&token)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::net::TcpStream::connect(("::1", port)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "daemon did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let r = tern(&["cp", "-r", src.to_str().unwrap(), &format!("tern://[::1]:{port}/copy"), "--token-file", token.to_str().unwrap()], &[]);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(r.ok(), "{}", r.stderr());
+    assert_same_tree(&src, &root.join("copy"));
+}

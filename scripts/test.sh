@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs every test: unit, property, and integration tests against real daemons, a real sshd,
+# real sockets and real file systems. Installs what the tests need first (Debian, as root).
+#   scripts/test.sh            # everything
+#   scripts/test.sh -- NAME    # only tests whose name contains NAME
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+need=()
+command -v sshd >/dev/null || [[ -x /usr/sbin/sshd ]] || need+=(openssh-server)
+command -v ssh >/dev/null || need+=(openssh-client)
+command -v ssh-keygen >/dev/null || need+=(openssh-client)
+command -v setpriv >/dev/null || need+=(util-linux)
+command -v mount >/dev/null || need+=(mount)
+if ((${#need[@]})); then
+  if [[ $EUID -eq 0 ]]; then
+    echo "test.sh: installing ${need[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    timeout 600 apt-get update -q
+    timeout 900 apt-get install -y -q --no-install-recommends "${need[@]}"
+  else
+    echo "test.sh: missing ${need[*]} (run as root to install; the tests that need them will skip)" >&2
+  fi
+fi
+mkdir -p /run/sshd 2>/dev/null || true
+
+filter=()
+if [[ ${1:-} == "--" ]]; then filter=("${@:2}"); fi
+# Two test threads: the integration tests each run several tern processes on this 2-core box.
+timeout 2400 cargo test --workspace --locked -- --test-threads=2 "${filter[@]}"
