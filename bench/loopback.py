@@ -18,7 +18,7 @@ import argparse, hashlib, json, os, shutil, signal, statistics, subprocess, sys,
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-TERN = REPO / "target/release/tern"
+TERN = Path(os.environ.get("TERN_BIN", REPO / "target/release/tern"))
 
 
 def cpu_ticks():

@@ -20,6 +20,8 @@ pub struct DataConn {
     /// AES-256-GCM sealing of every frame when encrypted (key exported from the TLS session).
     pub sealer: Option<Sealer>,
     pub closer: Closer,
+    /// A duplicate of the socket for reading its kernel counters (the stream ramp).
+    pub probe: Option<TcpStream>,
 }
 
 /// Sent on the raw socket after the hello exchange: from here on frames bypass TLS, so the
@@ -73,10 +75,11 @@ pub fn connect_stream(sock: TcpStream, auth: &StreamAuth, index: u32, bufsize: O
     drop(stream);
     (&sock).write_all(&[GO])?;
     sock.set_read_timeout(None)?;
+    let probe = sock.try_clone().ok();
     let stream = Stream::Tcp(sock);
     let closer = stream.closer();
     let tag_key = (!auth.encrypt).then(|| stream_tag_key(&auth.session_key, &auth.session_id, index, &nonce));
-    Ok(DataConn { stream, index, tag_key, sealer: data_key.map(|k| Sealer::new(&k)), closer })
+    Ok(DataConn { stream, index, tag_key, sealer: data_key.map(|k| Sealer::new(&k)), closer, probe })
 }
 
 /// A data stream after the acceptor read its kind byte and (for TLS) completed the handshake,
@@ -134,10 +137,11 @@ impl PendingStream {
             return Err(bad("data stream did not start"));
         }
         self.sock.set_read_timeout(None)?;
+        let probe = self.sock.try_clone().ok();
         let stream = Stream::Tcp(self.sock);
         let closer = stream.closer();
         let tag_key = (!auth.encrypt).then(|| stream_tag_key(&auth.session_key, &auth.session_id, h.stream, &h.nonce));
-        Ok(DataConn { stream, index: h.stream, tag_key, sealer: data_key.map(|k| Sealer::new(&k)), closer })
+        Ok(DataConn { stream, index: h.stream, tag_key, sealer: data_key.map(|k| Sealer::new(&k)), closer, probe })
     }
 }
 

@@ -920,7 +920,7 @@ fn fatal(events: &Sender<Event>, msg: String) {
 fn finalizer(rx: Receiver<(u64, Arc<Sink>, Option<[u8; 32]>)>, events: Sender<Event>, fsync: bool, verify_full: bool, chunk_size: u32, root: Arc<OnceLock<PathBuf>>) {
     const MAX_FILES: usize = 512;
     const MAX_BYTES: u64 = 1 << 30;
-    const MAX_WAIT: Duration = Duration::from_millis(200);
+    const MAX_WAIT: Duration = Duration::from_millis(50);
     let mut batch: Vec<(u64, Arc<Sink>)> = Vec::new();
     let mut bytes = 0u64;
     let mut first: Option<Instant> = None;

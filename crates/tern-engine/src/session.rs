@@ -103,8 +103,8 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
             for i in 0..n {
                 let (a, b) = UnixStream::pair().map_err(local_err)?;
                 let (ca, cb) = (Stream::Unix(a), Stream::Unix(b));
-                mine.push(DataConn { closer: ca.closer(), stream: ca, index: i as u32, tag_key: None, sealer: None });
-                theirs.push(DataConn { closer: cb.closer(), stream: cb, index: i as u32, tag_key: None, sealer: None });
+                mine.push(DataConn { closer: ca.closer(), stream: ca, index: i as u32, tag_key: None, sealer: None, probe: None });
+                theirs.push(DataConn { closer: cb.closer(), stream: cb, index: i as u32, tag_key: None, sealer: None, probe: None });
             }
             let server_half = ControlHalves::from_unix(c2).map_err(local_err)?;
             let params = ReceiverParams {
@@ -289,7 +289,7 @@ fn run_local_role(
         let receiving = Receiving::new();
         let feed = receiving.feed();
         if let Some(opener) = opener.filter(|_| spec.adaptive) {
-            start_ramp(progress.clone(), options.streams, spec.max_streams, opener, Box::new(move |c| feed.add(c)));
+            start_ramp(progress.clone(), &conns, spec.max_streams, opener, Box::new(move |c| feed.add(c)));
         }
         let params = ReceiverParams {
             destination: match &spec.dest {
@@ -331,39 +331,62 @@ fn run_sender(
     let sending = Sending::new();
     let feed = sending.feed();
     if let Some(opener) = opener.filter(|_| spec.adaptive) {
-        start_ramp(progress.clone(), options.streams, spec.max_streams, opener, Box::new(move |c| feed.add(c)));
+        start_ramp(progress.clone(), &conns, spec.max_streams, opener, Box::new(move |c| feed.add(c)));
     }
     let params = SenderParams { sources, options, progress: progress.clone(), memory: memory.clone(), rate: rate.clone() };
     sending.run(reader, writer, conns, params)
 }
 
-/// Adds data streams while each addition still raises throughput by at least 10 %.
-fn start_ramp(progress: Arc<Progress>, start: u16, max: u16, opener: Opener, add: Box<dyn Fn(DataConn) + Send>) {
+/// Adds data streams while each addition still raises delivered throughput by at least 10 %.
+///
+/// The signal is what the kernel says the sockets delivered (`TCP_INFO`), not bytes written:
+/// new streams bring new socket buffers, which fill at once and would look like a gain. It waits
+/// for slow start to settle before judging, adds half as many streams again per step, and stops
+/// at the first step that does not pay; on a path that is already full, extra streams only add
+/// queueing and losses.
+fn start_ramp(progress: Arc<Progress>, initial: &[DataConn], max: u16, opener: Opener, add: Box<dyn Fn(DataConn) + Send>) {
+    let mut probes: Vec<TcpStream> = initial.iter().filter_map(|c| c.probe.as_ref().and_then(|p| p.try_clone().ok())).collect();
+    if probes.is_empty() {
+        return;
+    }
+    let start = initial.len() as u32;
     thread::spawn(move || {
-        let period = Duration::from_secs(1);
-        let mut streams = start as u32;
-        let sample = |p: &Progress| Progress::get(&p.bytes);
-        thread::sleep(period);
-        let mut last = sample(&progress);
-        thread::sleep(period);
-        let mut rate = sample(&progress) - last;
-        while streams < max as u32 {
-            if Progress::get(&progress.streams) == 0 {
-                return; // the session ended
+        let delivered = |probes: &[TcpStream]| probes.iter().filter_map(crate::transport::delivered_bytes).sum::<u64>();
+        let alive = || Progress::get(&progress.streams) > 0;
+        let rate_over = |probes: &[TcpStream], d: Duration| {
+            let a = delivered(probes);
+            thread::sleep(d);
+            delivered(probes).saturating_sub(a) as f64 / d.as_secs_f64()
+        };
+        // Slow start: wait until the rate stops growing fast (at most 6 s).
+        let mut rate = rate_over(&probes, Duration::from_secs(1));
+        for _ in 0..5 {
+            let next = rate_over(&probes, Duration::from_secs(1));
+            let settled = next < rate * 1.10;
+            rate = next;
+            if settled {
+                break;
             }
-            let extra = streams.min(max as u32 - streams);
+        }
+        let mut streams = start;
+        while streams < max as u32 && alive() {
+            let extra = (streams / 2).max(2).min(max as u32 - streams);
             for i in streams..streams + extra {
                 match opener(i) {
-                    Some(c) => add(c),
+                    Some(c) => {
+                        if let Some(p) = c.probe.as_ref().and_then(|p| p.try_clone().ok()) {
+                            probes.push(p);
+                        }
+                        add(c)
+                    }
                     None => return,
                 }
             }
             streams += extra;
-            last = sample(&progress);
-            thread::sleep(period);
-            let new_rate = sample(&progress) - last;
-            tracing::debug!("ramp: {streams} streams, {new_rate} B per {period:?} (was {rate})");
-            if (new_rate as f64) < rate as f64 * 1.10 {
+            thread::sleep(Duration::from_secs(1)); // let the new streams start
+            let new_rate = rate_over(&probes, Duration::from_secs(2));
+            tracing::debug!("ramp: {streams} streams deliver {:.0} MB/s (was {:.0})", new_rate / 1e6, rate / 1e6);
+            if new_rate < rate * 1.10 {
                 return;
             }
             rate = new_rate;

@@ -199,6 +199,17 @@ pub fn tune_socket(sock: &TcpStream, bufsize: Option<usize>) {
     }
 }
 
+/// Bytes this socket has delivered (acknowledged by the peer when sending, received when
+/// receiving), from the kernel's `TCP_INFO`. Unlike bytes handed to `write`, this does not jump
+/// when new sockets add buffer space, so it is the honest signal for the stream ramp.
+pub fn delivered_bytes(sock: &TcpStream) -> Option<u64> {
+    use std::os::fd::AsRawFd;
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    let rc = unsafe { libc::getsockopt(sock.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, (&mut info as *mut libc::tcp_info).cast(), &mut len) };
+    (rc == 0).then(|| info.tcpi_bytes_acked + info.tcpi_bytes_received)
+}
+
 /// The two halves of a control channel, usable from two threads at once.
 pub struct ControlHalves {
     pub reader: Box<dyn Read + Send>,
