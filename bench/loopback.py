@@ -88,17 +88,23 @@ def main():
         counts = {k: len(v) for k, v in digests.items()}
         target = "root@127.0.0.1"
         cmds = {
-            "tern": lambda s, d: [str(TERN), "cp", "-r", "-q", "--ssh", ssh, str(s), f"{target}:{d}"],
-            "tern-noenc": lambda s, d: [str(TERN), "cp", "-r", "-q", "--no-encrypt", "--ssh", ssh, str(s), f"{target}:{d}"],
+            "tern": lambda s, d: [str(TERN), "cp", "-r", "-q", "--ssh", ssh, "--remote-bin", str(TERN), str(s), f"{target}:{d}"],
+            "tern-noenc": lambda s, d: [str(TERN), "cp", "-r", "-q", "--no-encrypt", "--ssh", ssh, "--remote-bin", str(TERN), str(s), f"{target}:{d}"],
             "tern-nohash": lambda s, d: [str(TERN), "cp", "-r", "-q", "--ssh", ssh, "--remote-bin", f"env TERN_DEBUG_NO_HASH=1 {TERN}", str(s), f"{target}:{d}"],
             "scp": lambda s, d: ["scp", "-r", "-q", "-P", ssh.split()[2]] + ssh.split()[3:] + [str(s), f"{target}:{d}"],
             "rsync": lambda s, d: ["rsync", "-a", "-e", ssh, str(s) + "/", f"{target}:{d}/"],
         }
         results = []
+        tools = a.tools.split(",")
         for ds in ("big", "small"):
-            for tool in a.tools.split(","):
-                times, cpus, ok = [], [], True
-                for rep in range(a.reps):
+            times = {t: [] for t in tools}
+            cpus = {t: [] for t in tools}
+            failed = set()
+            # Round-robin over the tools, so a noisy moment hurts them all alike.
+            for rep in range(a.reps):
+                for tool in tools:
+                    if tool in failed:
+                        continue
                     dst = work / "dst"
                     shutil.rmtree(dst, ignore_errors=True)
                     env = dict(os.environ)
@@ -108,17 +114,19 @@ def main():
                     r = subprocess.run(cmds[tool](src / ds, dst), env=env, capture_output=True, timeout=900)
                     t1, c1 = time.monotonic(), cpu_ticks()
                     if r.returncode != 0 or tree_digest(dst) != digests[ds]:
-                        ok = False
+                        failed.add(tool)
                         print(f"{ds} {tool}: FAILED rc={r.returncode} {r.stderr.decode()[-300:]}", file=sys.stderr)
-                        break
-                    times.append(t1 - t0)
-                    cpus.append((c1 - c0) / os.sysconf("SC_CLK_TCK"))
-                    print(f"{ds} {tool} #{rep + 1}: {t1 - t0:.2f} s, {(c1 - c0) / os.sysconf('SC_CLK_TCK'):.2f} CPU s", file=sys.stderr)
+                        continue
+                    cpu = (c1 - c0) / os.sysconf("SC_CLK_TCK")
+                    times[tool].append(t1 - t0)
+                    cpus[tool].append(cpu)
+                    print(f"{ds} {tool} #{rep + 1}: {t1 - t0:.2f} s, {cpu:.2f} CPU s", file=sys.stderr)
                     shutil.rmtree(dst, ignore_errors=True)
-                row = {"dataset": ds, "tool": tool, "ok": ok, "bytes": sizes[ds], "files": counts[ds]}
-                if ok:
-                    t, c = statistics.median(times), statistics.median(cpus)
-                    row.update(seconds=t, gbps=sizes[ds] / t / 1e9, cpu_s_per_gb=c / (sizes[ds] / 1e9), runs=times)
+            for tool in tools:
+                row = {"dataset": ds, "tool": tool, "ok": tool not in failed, "bytes": sizes[ds], "files": counts[ds]}
+                if row["ok"]:
+                    t, c = statistics.median(times[tool]), statistics.median(cpus[tool])
+                    row.update(seconds=t, gbps=sizes[ds] / t / 1e9, cpu_s_per_gb=c / (sizes[ds] / 1e9), runs=times[tool])
                 results.append(row)
         out = REPO / "bench/results"
         out.mkdir(exist_ok=True)

@@ -22,12 +22,17 @@ fn expect_hello(m: Control) -> Result<u16, TransferError> {
 }
 
 /// Client side. `exporter` is the TLS exporter value of the control channel (zeros over ssh).
-pub fn client(r: &mut CtrlReader, w: &CtrlWriter, key: &[u8; 32], exporter: &[u8; 32], peer: &str) -> Result<[u8; 32], TransferError> {
+/// Returns the session key and the round-trip time of the first authentication exchange.
+pub fn client(r: &mut CtrlReader, w: &CtrlWriter, key: &[u8; 32], exporter: &[u8; 32], peer: &str) -> Result<([u8; 32], std::time::Duration), TransferError> {
     w.send(&hello())?;
     expect_hello(r.recv()?)?;
+    // Timed here, not at the hello: over ssh the first answer waits for the login.
+    let started = std::time::Instant::now();
     let nc = random::<32>();
     w.send(&Control::Auth { nonce: nc, proof: [0; 32] })?;
-    let (ns, proof) = match r.recv()? {
+    let reply = r.recv()?;
+    let rtt = started.elapsed();
+    let (ns, proof) = match reply {
         Control::Auth { nonce, proof } => (nonce, proof),
         Control::Fatal { side, message } => return Err(TransferError::fatal(side, message)),
         _ => return Err(TransferError::fatal(Side::Network, "unexpected message during authentication")),
@@ -39,7 +44,7 @@ pub fn client(r: &mut CtrlReader, w: &CtrlWriter, key: &[u8; 32], exporter: &[u8
         ));
     }
     w.send(&Control::Auth { nonce: nc, proof: control_proof(key, Party::Client, &nc, &ns, exporter) })?;
-    Ok(session_key(key, &nc, &ns))
+    Ok((session_key(key, &nc, &ns), rtt))
 }
 
 /// Server side; answers a failed proof with a clear `Fatal` before closing.

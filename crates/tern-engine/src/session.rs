@@ -138,7 +138,8 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
             let mut reader = CtrlReader::new(conn.stdout.take().unwrap());
             let writer = Arc::new(CtrlWriter::new(conn.stdin.take().unwrap()));
             let r = (|| {
-                let session_key = crate::handshake::client(&mut reader, &writer, &key, &[0; 32], host)?;
+                let (session_key, rtt) = crate::handshake::client(&mut reader, &writer, &key, &[0; 32], host)?;
+                initial_streams(spec, &mut options, rtt);
                 let data_host = ssh_host_name(host);
                 run_remote(spec, &mut options, progress, memory, rate, reader, writer, session_key, push, path, &data_host, reverse.as_ref())
             })();
@@ -154,10 +155,22 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
             let (halves, exporter) = tls_control_client(sock).map_err(|e| TransferError::network(format!("{addr}: TLS handshake failed: {e}")))?;
             let mut reader = CtrlReader::new(halves.reader);
             let writer = Arc::new(CtrlWriter::new(halves.writer));
-            let session_key = crate::handshake::client(&mut reader, &writer, &key, &exporter, &format!("the daemon at {addr}"))?;
+            let (session_key, rtt) = crate::handshake::client(&mut reader, &writer, &key, &exporter, &format!("the daemon at {addr}"))?;
+            initial_streams(spec, &mut options, rtt);
             run_remote(spec, &mut options, progress, memory, rate, reader, writer, session_key, push, path, &bracket(host), None)
         }
     }
+}
+
+/// Without `--streams`: a short path needs few streams to fill (one TCP stream carries tens of
+/// Gb/s at sub-millisecond RTT) and more only cost CPU, so start with one per core (at least 4);
+/// a long path starts at the default and ramps.
+fn initial_streams(spec: &ClientSpec, options: &mut Options, rtt: Duration) {
+    if spec.adaptive && rtt < Duration::from_millis(2) {
+        let cores = thread::available_parallelism().map_or(4, |n| n.get()) as u16;
+        options.streams = options.streams.min(cores.max(4));
+    }
+    tracing::debug!("hello round trip {rtt:?}: starting with {} data streams", options.streams);
 }
 
 fn local_err(e: std::io::Error) -> TransferError {
