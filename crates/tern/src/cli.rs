@@ -34,6 +34,9 @@ enum Command {
     Sync(SyncArgs),
     /// Run a daemon serving its roots to clients holding the token.
     Serve(ServeArgs),
+    /// The managed service's client commands: submit, jobs, status, wait, cancel, retry, token.
+    #[command(flatten)]
+    Service(crate::service_cli::ServiceCommand),
     /// (internal) the far end of an ssh-mode transfer; speaks the protocol on stdin/stdout.
     #[command(name = "_remote", hide = true)]
     Remote {
@@ -163,6 +166,9 @@ struct ServeArgs {
     /// The shared secret clients must prove; created with a random secret if missing.
     #[arg(long, env = "TERN_TOKEN_FILE")]
     token_file: PathBuf,
+    /// The managed-transfer service (--http-listen, --state-dir, ...).
+    #[command(flatten)]
+    service: crate::service_cli::ServeService,
 }
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
@@ -174,6 +180,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Sync(a) => transfer(std::slice::from_ref(&a.src), &a.dst, true, true, a.checksum, a.delete, &a.common),
         Command::Serve(a) => serve(a),
+        Command::Service(c) => crate::service_cli::run(c),
         Command::Remote { port_range, reverse_port } => match tern_engine::server::serve_remote(port_range, reverse_port) {
             Ok(()) => Ok(ExitCode::SUCCESS),
             Err(e) => {
@@ -282,6 +289,7 @@ fn serve(a: ServeArgs) -> Result<ExitCode> {
     let secret = load_or_create_token(&a.token_file)?;
     let listener = TcpListener::bind(&a.listen).with_context(|| format!("cannot listen on {}", a.listen))?;
     eprintln!("tern serve: listening on {} for {}", listener.local_addr()?, roots.iter().map(|(n, d)| format!("/{n} = {}", d.display())).collect::<Vec<_>>().join(", "));
+    crate::service_cli::start(&a.service)?;
     tern_engine::server::serve_daemon(listener, Roots::Confined(roots), secret)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -2,6 +2,7 @@
 
 mod cli;
 mod output;
+mod service_cli;
 
 use std::process::ExitCode;
 

@@ -1,0 +1,134 @@
+//! tern's managed transfer service (issue 4): durable jobs in SQLite, run as child `tern`
+//! processes, driven through an HTTPS JSON API with scoped, hashed tokens. See
+//! `docs/service.md`.
+
+pub mod api;
+pub mod client;
+pub mod model;
+pub mod runner;
+pub mod sqlite;
+pub mod store;
+pub mod tls;
+pub mod tokens;
+pub mod webhook;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::model::{Job, Scope, now};
+use crate::runner::{Runner, RunnerConfig};
+use crate::store::{JobStore, NewToken};
+
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    pub state_dir: PathBuf,
+    pub http_listen: String,
+    pub runner: RunnerConfig,
+}
+
+/// What `start` reports once the API is listening.
+pub struct Started {
+    pub addr: SocketAddr,
+    /// Set on first start: where the first admin token was written.
+    pub admin_token_file: Option<PathBuf>,
+}
+
+/// The default state directory: `$XDG_STATE_HOME/tern`, else `~/.local/state/tern`.
+pub fn default_state_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("tern");
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/var/lib"));
+    home.join(".local/state/tern")
+}
+
+/// Opens the state directory and database, binds the API and starts the service on its own
+/// thread (with its own tokio runtime). Returns once it listens; errors are one line each.
+pub fn start(cfg: ServiceConfig) -> Result<Started, String> {
+    let dir = &cfg.state_dir;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| format!("cannot create state directory {}: {e}", dir.display()))?;
+    let lock = lock_state_dir(dir)?;
+    let store: Arc<dyn JobStore> = Arc::new(sqlite::SqliteStore::open(&dir.join("jobs.db")).map_err(|e| e.to_string())?);
+    let admin_token_file = first_admin_token(store.as_ref(), dir)?;
+    let recovered = store.recover_interrupted(now()).map_err(|e| e.to_string())?;
+    if recovered > 0 {
+        tracing::warn!("re-queued {recovered} job(s) that were running when the service stopped; they resume from their journals");
+    }
+    let tls_config = tls::load_or_create(dir)?;
+    let listener = std::net::TcpListener::bind(&cfg.http_listen).map_err(|e| format!("cannot listen on {} for HTTPS: {e}", cfg.http_listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name("tern-service").enable_all().build().map_err(|e| format!("cannot start the service runtime: {e}"))?;
+    std::thread::Builder::new()
+        .name("tern-service".into())
+        .spawn(move || {
+            // Held for the life of the service: the kernel drops it when the process dies.
+            let _lock = lock;
+            rt.block_on(async move {
+                let listener = match tokio::net::TcpListener::from_std(listener) {
+                    Ok(l) => l,
+                    Err(e) => return tracing::error!("https listener: {e}"),
+                };
+                let notify_store = store.clone();
+                let on_done: Arc<dyn Fn(Job) + Send + Sync> = Arc::new(move |job: Job| {
+                    if job.spec.notify.is_some() && !job.notified {
+                        tokio::spawn(webhook::deliver(notify_store.clone(), job));
+                    }
+                });
+                let od = on_done.clone();
+                let runner = Runner::new(store.clone(), cfg.runner.clone(), Box::new(move |j| od(j)));
+                tokio::spawn(runner.clone().run());
+                // Notifications that were pending when the service last stopped.
+                if let Ok(pending) = store.pending_notifications() {
+                    for j in pending {
+                        on_done(j);
+                    }
+                }
+                let state = api::AppState::new(store, runner, on_done);
+                tls::serve(listener, tls_config, api::router(state)).await;
+            });
+        })
+        .map_err(|e| format!("cannot start the service thread: {e}"))?;
+    Ok(Started { addr, admin_token_file })
+}
+
+/// One service per state directory: a second would run every job twice.
+fn lock_state_dir(dir: &std::path::Path) -> Result<std::fs::File, String> {
+    let path = dir.join("service.lock");
+    let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).mode(0o600).open(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(format!("another tern service is using {}; stop it or choose another --state-dir", dir.display()));
+    }
+    Ok(f)
+}
+
+/// At first start (no tokens at all) make an admin token and write it to `DIR/admin.token`.
+fn first_admin_token(store: &dyn JobStore, dir: &std::path::Path) -> Result<Option<PathBuf>, String> {
+    if !store.list_tokens().map_err(|e| e.to_string())?.is_empty() {
+        return Ok(None);
+    }
+    let path = dir.join("admin.token");
+    let (id, token) = tokens::generate()?;
+    // Written before it is stored: a crash in between leaves an unusable file, never a
+    // usable token nobody can read. A leftover file from such a crash is replaced.
+    let _ = std::fs::remove_file(&path);
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    f.write_all(format!("{token}\n").as_bytes()).and_then(|_| f.sync_all()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    let hash = tokens::hash(&token);
+    store
+        .insert_token(&NewToken { id: &id, name: "first admin", scope: Scope::Admin, hash: &hash, path_prefix: None, created_by: None, expires_at: None }, now())
+        .map_err(|e| e.to_string())?;
+    Ok(Some(path))
+}
+
+/// Defaults for `tern serve`.
+pub fn runner_config(max_jobs: usize, max_attempts: u32, retry_base: Duration) -> Result<RunnerConfig, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the tern binary to run jobs with: {e}"))?;
+    Ok(RunnerConfig { exe, max_jobs: max_jobs.max(1), max_attempts: max_attempts.max(1), retry_base })
+}

@@ -1,0 +1,316 @@
+//! What the service talks about: job states, the job spec a client may submit (and its
+//! validation), token scopes, and the rows the store returns.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tern_engine::endpoint::Endpoint;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    Queued,
+    Running,
+    /// Waiting out the backoff after a transient failure; runnable again at `not_before`.
+    Retrying,
+    Succeeded,
+    Failed,
+    Canceled,
+}
+
+impl JobState {
+    pub const ALL: [JobState; 6] = [Self::Queued, Self::Running, Self::Retrying, Self::Succeeded, Self::Failed, Self::Canceled];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::Retrying => "retrying",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::Canceled => "canceled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+
+    /// Terminal states are never left by the service on its own (only by an explicit retry).
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Succeeded | Self::Failed | Self::Canceled)
+    }
+}
+
+/// Ordered: each scope includes the ones below it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    Read,
+    Transfer,
+    Admin,
+}
+
+impl Scope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Read => "read",
+            Self::Transfer => "transfer",
+            Self::Admin => "admin",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Read, Self::Transfer, Self::Admin].into_iter().find(|sc| sc.as_str() == s)
+    }
+}
+
+/// `tern cp`/`tern sync` flags a client may set; each maps to exactly one flag of the child.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobOptions {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streams: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk_size: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bwlimit: Option<String>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub no_encrypt: bool,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub verify_full: bool,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub checksum: bool,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub delete: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_for: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_bin: Option<String>,
+    /// A command the service will execute: admin tokens only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssh: Option<String>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// What a client submits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobSpec {
+    pub src: String,
+    pub dst: String,
+    #[serde(default)]
+    pub sync: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify: Option<String>,
+    #[serde(default)]
+    pub options: JobOptions,
+}
+
+const MAX_FIELD: usize = 4096;
+
+fn check_text(what: &str, s: &str, max: usize) -> Result<(), String> {
+    if s.is_empty() {
+        return Err(format!("{what} is empty"));
+    }
+    if s.len() > max {
+        return Err(format!("{what} is longer than {max} bytes"));
+    }
+    if s.chars().any(|c| c.is_control()) {
+        return Err(format!("{what} contains control characters"));
+    }
+    Ok(())
+}
+
+/// Sizes and rates as `tern cp` parses them: digits, a dot, unit letters.
+fn check_unit(what: &str, s: &str) -> Result<(), String> {
+    check_text(what, s, 32)?;
+    if !s.starts_with(|c: char| c.is_ascii_digit()) || !s.chars().all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '/') {
+        return Err(format!("{what} '{s}' is not a size like 4M or a rate like 800Mbit"));
+    }
+    Ok(())
+}
+
+impl JobSpec {
+    /// Checks everything that can be checked without touching the file system.
+    pub fn validate(&self) -> Result<(), String> {
+        for (what, e) in [("src", &self.src), ("dst", &self.dst)] {
+            check_text(what, e, MAX_FIELD)?;
+            if e.starts_with('-') {
+                return Err(format!("{what} '{e}' starts with '-'; write ./{e} for a relative path"));
+            }
+            let ep = Endpoint::parse(e).map_err(|m| format!("{what}: {m}"))?;
+            if let Endpoint::Local(p) = &ep
+                && !p.is_absolute()
+            {
+                return Err(format!("{what} '{e}' is relative; the service has no working directory, give an absolute path"));
+            }
+        }
+        let (s, d) = (Endpoint::parse(&self.src).map_err(|m| format!("src: {m}"))?, Endpoint::parse(&self.dst).map_err(|m| format!("dst: {m}"))?);
+        if !s.is_local() && !d.is_local() {
+            return Err("both ends are remote; one end must be a path on the service's host".into());
+        }
+        if let Some(l) = &self.label {
+            check_text("label", l, 200)?;
+        }
+        if let Some(n) = &self.notify {
+            check_text("notify", n, 2048)?;
+            if !(n.starts_with("https://") || n.starts_with("http://")) {
+                return Err(format!("notify '{n}' must be an http:// or https:// URL"));
+            }
+        }
+        let o = &self.options;
+        if let Some(s) = o.streams
+            && !(1..=64).contains(&s)
+        {
+            return Err("options.streams must be between 1 and 64".into());
+        }
+        if let Some(c) = &o.chunk_size {
+            check_unit("options.chunk_size", c)?;
+        }
+        if let Some(b) = &o.bwlimit {
+            check_unit("options.bwlimit", b)?;
+        }
+        if (o.checksum || o.delete) && !self.sync {
+            return Err("options.checksum and options.delete need sync: true".into());
+        }
+        for (what, v) in [("options.token_file", &o.token_file), ("options.remote_bin", &o.remote_bin), ("options.ssh", &o.ssh)] {
+            if let Some(v) = v {
+                check_text(what, v, MAX_FIELD)?;
+                if v.starts_with('-') {
+                    return Err(format!("{what} must not start with '-'"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every path this job touches (for token path prefixes), local or remote.
+    pub fn paths(&self) -> Vec<String> {
+        let mut out: Vec<String> = [&self.src, &self.dst].iter().filter_map(|e| Endpoint::parse(e).ok()).map(|e| e.path_str()).collect();
+        if let Some(t) = &self.options.token_file {
+            out.push(t.clone());
+        }
+        out
+    }
+
+    /// The child's arguments after the binary name. Endpoints come after `--`, so they can
+    /// never be taken for flags.
+    pub fn child_args(&self) -> Vec<String> {
+        let mut a: Vec<String> = if self.sync { vec!["sync".into()] } else { vec!["cp".into(), "-r".into()] };
+        a.extend(["--json", "--progress-json", "--quiet"].map(String::from));
+        let o = &self.options;
+        let mut opt = |flag: &str, v: Option<String>| {
+            if let Some(v) = v {
+                a.push(flag.into());
+                a.push(v);
+            }
+        };
+        opt("--streams", o.streams.map(|s| s.to_string()));
+        opt("--chunk-size", o.chunk_size.clone());
+        opt("--bwlimit", o.bwlimit.clone());
+        opt("--retry-for", o.retry_for.map(|s| s.to_string()));
+        opt("--token-file", o.token_file.clone());
+        opt("--remote-bin", o.remote_bin.clone());
+        opt("--ssh", o.ssh.clone());
+        if o.verify_full {
+            a.extend(["--verify".into(), "full".into()]);
+        }
+        for (on, flag) in [(o.no_encrypt, "--no-encrypt"), (o.checksum, "--checksum"), (o.delete, "--delete")] {
+            if on {
+                a.push(flag.into());
+            }
+        }
+        a.extend(["--".into(), self.src.clone(), self.dst.clone()]);
+        a
+    }
+}
+
+/// A job as stored, plus what the API adds (rate, ETA) when it shows one.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Job {
+    pub id: i64,
+    pub state: JobState,
+    pub spec: JobSpec,
+    pub owner: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub started_at: Option<i64>,
+    pub finished_at: Option<i64>,
+    pub not_before: i64,
+    pub attempts: u32,
+    pub retries: u32,
+    /// The child's latest `{"progress": {...}}` object (inner part).
+    pub progress: Option<Value>,
+    /// The child's final summary object.
+    pub summary: Option<Value>,
+    /// Why the job failed (or the last transient failure), one line.
+    pub error: Option<String>,
+    pub notified: bool,
+}
+
+/// Token metadata: never the secret, never its hash.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TokenInfo {
+    pub id: String,
+    pub name: String,
+    pub scope: Scope,
+    pub path_prefix: Option<String>,
+    pub created_by: Option<String>,
+    pub created_at: i64,
+    pub expires_at: Option<i64>,
+    pub revoked_at: Option<i64>,
+    pub last_used_at: Option<i64>,
+}
+
+/// Aggregates for `/metrics`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Totals {
+    pub jobs_by_state: Vec<(JobState, u64)>,
+    pub bytes: u64,
+    pub files: u64,
+    pub files_failed: u64,
+    pub retries: u64,
+}
+
+pub fn now() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(src: &str, dst: &str) -> JobSpec {
+        JobSpec { src: src.into(), dst: dst.into(), sync: false, label: None, notify: None, options: JobOptions::default() }
+    }
+
+    #[test]
+    fn validation_refuses_flags_relative_paths_and_two_remotes() {
+        assert!(spec("/a", "/b").validate().is_ok());
+        assert!(spec("-rf", "/b").validate().unwrap_err().contains("starts with '-'"));
+        assert!(spec("a", "/b").validate().unwrap_err().contains("relative"));
+        assert!(spec("h:/a", "tern://x/b").validate().unwrap_err().contains("both ends are remote"));
+        let mut s = spec("/a", "/b");
+        s.options.bwlimit = Some("1; rm".into());
+        assert!(s.validate().is_err());
+        s.options.bwlimit = Some("800Mbit".into());
+        assert!(s.validate().is_ok());
+        s.options.delete = true;
+        assert!(s.validate().unwrap_err().contains("sync"));
+    }
+
+    #[test]
+    fn endpoints_come_after_double_dash() {
+        let a = spec("/a", "h:/b").child_args();
+        let i = a.iter().position(|x| x == "--").unwrap();
+        assert_eq!(&a[i + 1..], ["/a", "h:/b"]);
+        assert_eq!(&a[..2], ["cp", "-r"]);
+    }
+}

@@ -1,0 +1,294 @@
+//! Runs jobs: a FIFO scheduler under `max_jobs`, and one supervisor per attempt that drives a
+//! child `tern cp|sync --json --progress-json` (same binary) and records how it ended.
+//!
+//! A child process, not an in-process transfer: a crash or hang of a transfer cannot take the
+//! service down, cancel is a kill, and resuming after a restart is running the same command.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
+use tokio::sync::{Notify, watch};
+
+use crate::model::{Job, JobState, now};
+use crate::store::{JobStore, StoreError};
+
+#[derive(Debug, Clone)]
+pub struct RunnerConfig {
+    /// The `tern` binary children run (normally `std::env::current_exe()`).
+    pub exe: PathBuf,
+    pub max_jobs: usize,
+    /// Attempts per run before a transiently failing job is `failed`.
+    pub max_attempts: u32,
+    /// First backoff after a transient failure; doubles per attempt, capped at 5 minutes.
+    pub retry_base: Duration,
+}
+
+/// Longest stdout line kept (a summary with many errors is long, but not this long).
+const MAX_LINE: u64 = 8 << 20;
+const STDERR_LINES: usize = 20;
+const PROGRESS_SAVE_EVERY: Duration = Duration::from_secs(2);
+/// The scheduler re-checks at least this often (backoffs expire without any event).
+const TICK: Duration = Duration::from_millis(500);
+
+struct Running {
+    pid: Option<u32>,
+    cancel: bool,
+    progress: Option<Value>,
+}
+
+pub struct Runner {
+    store: Arc<dyn JobStore>,
+    cfg: RunnerConfig,
+    wake: Notify,
+    running: Mutex<HashMap<i64, Running>>,
+    changes: watch::Sender<u64>,
+    /// Called with each job that reached a terminal state (webhooks).
+    on_done: Box<dyn Fn(Job) + Send + Sync>,
+}
+
+/// What one attempt produced.
+struct Attempt {
+    exit: Option<i32>,
+    summary: Option<Value>,
+    stderr_tail: Vec<String>,
+}
+
+impl Runner {
+    pub fn new(store: Arc<dyn JobStore>, cfg: RunnerConfig, on_done: Box<dyn Fn(Job) + Send + Sync>) -> Arc<Self> {
+        Arc::new(Self { store, cfg, wake: Notify::new(), running: Mutex::new(HashMap::new()), changes: watch::channel(0).0, on_done })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Running>> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Something changed: wake the scheduler and every `wait`.
+    pub fn poke(&self) {
+        self.wake.notify_one();
+        self.changes.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// Fresher than the database's copy (which is written every 2 s).
+    pub fn live_progress(&self, id: i64) -> Option<Value> {
+        self.lock().get(&id).and_then(|r| r.progress.clone())
+    }
+
+    pub fn running_count(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// The job is already `canceled` in the database; stop its child if it has one.
+    pub fn kill(&self, id: i64) {
+        let mut map = self.lock();
+        if let Some(r) = map.get_mut(&id) {
+            r.cancel = true;
+            if let Some(pid) = r.pid {
+                kill_group(pid);
+            }
+        }
+    }
+
+    /// The scheduler: forever, start the oldest runnable jobs while fewer than `max_jobs` run.
+    pub async fn run(self: Arc<Self>) {
+        loop {
+            while self.running_count() < self.cfg.max_jobs {
+                let store = self.store.clone();
+                match blocking(move || store.claim_next(now())).await {
+                    Ok(Some(job)) => {
+                        self.lock().insert(job.id, Running { pid: None, cancel: false, progress: None });
+                        self.changes.send_modify(|v| *v = v.wrapping_add(1));
+                        tokio::spawn(self.clone().supervise(job));
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::error!("scheduler: {e}");
+                        break;
+                    }
+                }
+            }
+            let _ = tokio::time::timeout(TICK, self.wake.notified()).await;
+        }
+    }
+
+    async fn supervise(self: Arc<Self>, job: Job) {
+        let attempt = self.attempt(&job).await;
+        let (state, error, not_before) = self.classify(&job, &attempt);
+        let store = self.store.clone();
+        let (id, summary) = (job.id, attempt.summary.clone());
+        let err = error.clone();
+        let result = blocking(move || store.finish_attempt(id, state, summary.as_ref(), err.as_deref(), not_before, now())).await;
+        match result {
+            Ok(true) => tracing::info!("job {id}: attempt {} ended {}{}", job.attempts, state.as_str(), error.map(|e| format!(": {e}")).unwrap_or_default()),
+            Ok(false) => tracing::info!("job {id}: attempt ended after the job was canceled"),
+            Err(e) => tracing::error!("job {id}: cannot record the outcome: {e}"),
+        }
+        self.lock().remove(&id);
+        self.poke();
+        // Tell the webhook whatever the database now says (a cancel may have won).
+        let store = self.store.clone();
+        if let Ok(Some(j)) = blocking(move || store.get_job(id)).await
+            && j.state.is_terminal()
+        {
+            (self.on_done)(j);
+        }
+    }
+
+    fn classify(&self, job: &Job, a: &Attempt) -> (JobState, Option<String>, i64) {
+        let ok = a.summary.as_ref().and_then(|s| s.get("ok")).and_then(Value::as_bool) == Some(true);
+        if a.exit == Some(0) && ok {
+            return (JobState::Succeeded, None, 0);
+        }
+        let why = describe_failure(a);
+        // Permanent: a file failed, or tern refused the command line (exit 2, no summary).
+        let files_failed = a.summary.as_ref().and_then(|s| s.get("files_failed")).and_then(Value::as_u64).unwrap_or(0);
+        let only_network = a.summary.as_ref().map(|s| s.get("errors").and_then(Value::as_array).is_some_and(|e| e.iter().all(|e| e.get("side").and_then(Value::as_str) == Some("network"))));
+        let transient = match only_network {
+            None => a.exit != Some(2),
+            Some(net) => net && files_failed == 0,
+        };
+        if transient && job.attempts < self.cfg.max_attempts {
+            let backoff = self.cfg.retry_base.saturating_mul(1 << job.attempts.saturating_sub(1).min(16)).min(Duration::from_secs(300));
+            let not_before = now() + backoff.as_secs_f64().ceil() as i64;
+            return (JobState::Retrying, Some(format!("attempt {} of {}: {why}", job.attempts, self.cfg.max_attempts)), not_before);
+        }
+        (JobState::Failed, Some(why), 0)
+    }
+
+    async fn attempt(&self, job: &Job) -> Attempt {
+        let mut cmd = tokio::process::Command::new(&self.cfg.exe);
+        cmd.args(job.spec.child_args()).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+        // Own process group: cancel kills the child and whatever it started (ssh).
+        cmd.process_group(0);
+        let parent = std::process::id();
+        // SAFETY: only async-signal-safe calls (prctl, getppid, _exit) between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                // Die with the service (even kill -9), so a restarted service never races an
+                // old attempt on the same destination. Fires when the spawning *thread* exits:
+                // we spawn from runtime worker threads, which live as long as the service.
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+                if libc::getppid() as u32 != parent {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => return Attempt { exit: None, summary: None, stderr_tail: vec![format!("cannot start {}: {e}", self.cfg.exe.display())] },
+        };
+        let pid = child.id();
+        {
+            let mut map = self.lock();
+            if let Some(r) = map.get_mut(&job.id) {
+                r.pid = pid;
+                // Canceled between claim and spawn.
+                if r.cancel
+                    && let Some(pid) = pid
+                {
+                    kill_group(pid);
+                }
+            }
+        }
+        let stderr = child.stderr.take().map(|e| tokio::spawn(tail_lines(e)));
+        let mut summary = None;
+        if let Some(out) = child.stdout.take() {
+            let mut reader = BufReader::new(out);
+            let mut buf = Vec::new();
+            let mut last_save = Instant::now().checked_sub(PROGRESS_SAVE_EVERY).unwrap_or_else(Instant::now);
+            loop {
+                buf.clear();
+                match (&mut reader).take(MAX_LINE).read_until(b'\n', &mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+                let Ok(v) = serde_json::from_slice::<Value>(&buf) else { continue };
+                if let Some(p) = v.get("progress") {
+                    if let Some(r) = self.lock().get_mut(&job.id) {
+                        r.progress = Some(p.clone());
+                    }
+                    if last_save.elapsed() >= PROGRESS_SAVE_EVERY {
+                        last_save = Instant::now();
+                        let (store, p, id) = (self.store.clone(), p.clone(), job.id);
+                        let _ = blocking(move || store.save_progress(id, &p, now())).await;
+                    }
+                } else if v.get("ok").is_some() {
+                    summary = Some(v);
+                }
+            }
+        }
+        // stdout closed: the child is exiting. Bound the wait anyway.
+        let exit = match tokio::time::timeout(Duration::from_secs(30), child.wait()).await {
+            Ok(Ok(st)) => st.code(),
+            _ => {
+                let _ = child.start_kill();
+                child.wait().await.ok().and_then(|s| s.code())
+            }
+        };
+        let stderr_tail = match stderr {
+            Some(h) => tokio::time::timeout(Duration::from_secs(5), h).await.ok().and_then(Result::ok).unwrap_or_default(),
+            None => Vec::new(),
+        };
+        Attempt { exit, summary, stderr_tail }
+    }
+}
+
+/// One line for the job's `error`: the first few per-file reasons, else stderr's last lines.
+fn describe_failure(a: &Attempt) -> String {
+    if let Some(errors) = a.summary.as_ref().and_then(|s| s.get("errors")).and_then(Value::as_array)
+        && !errors.is_empty()
+    {
+        let mut parts: Vec<String> = errors
+            .iter()
+            .take(3)
+            .map(|e| {
+                let (side, path, msg) = (e.get("side").and_then(Value::as_str).unwrap_or("?"), e.get("path").and_then(Value::as_str).unwrap_or(""), e.get("message").and_then(Value::as_str).unwrap_or(""));
+                if path.is_empty() { format!("{side}: {msg}") } else { format!("{side}: {path}: {msg}") }
+            })
+            .collect();
+        if errors.len() > 3 {
+            parts.push(format!("and {} more", errors.len() - 3));
+        }
+        return parts.join("; ");
+    }
+    let tail = a.stderr_tail.iter().rev().take(3).rev().cloned().collect::<Vec<_>>().join(" | ");
+    match a.exit {
+        Some(c) if tail.is_empty() => format!("tern exited with status {c}"),
+        Some(_) => tail,
+        None if tail.is_empty() => "the transfer process was killed".into(),
+        None => format!("the transfer process was killed: {tail}"),
+    }
+}
+
+async fn tail_lines(r: impl AsyncRead + Unpin) -> Vec<String> {
+    let mut lines = BufReader::new(r).lines();
+    let mut tail = std::collections::VecDeque::with_capacity(STDERR_LINES);
+    while let Ok(Some(l)) = lines.next_line().await {
+        if tail.len() == STDERR_LINES {
+            tail.pop_front();
+        }
+        tail.push_back(l.chars().take(500).collect::<String>());
+    }
+    tail.into()
+}
+
+fn kill_group(pid: u32) {
+    // SAFETY: plain syscall; a stale pid group at worst gets ESRCH.
+    unsafe {
+        libc::kill(-(pid as i32), libc::SIGKILL);
+    }
+}
+
+/// Runs a store call on the blocking pool (SQLite blocks).
+pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, StoreError> + Send + 'static) -> Result<T, StoreError> {
+    tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| Err(StoreError::Db(format!("store task failed: {e}"))))
+}

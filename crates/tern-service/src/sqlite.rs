@@ -1,0 +1,354 @@
+//! `SqliteStore`: the default job store, one SQLite file in the state directory.
+//!
+//! One connection behind a mutex is the "one writer" rule made structural: no two statements of
+//! this process ever contend, so `SQLITE_BUSY` can only come from outside readers (the sqlite3
+//! CLI, a backup), which `busy_timeout` absorbs. WAL keeps such readers from blocking us.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use serde_json::Value;
+
+use crate::model::{Job, JobSpec, JobState, Scope, TokenInfo, Totals};
+use crate::store::{JobStore, NewToken, StoreError, StoreResult};
+
+/// Applied in order; `PRAGMA user_version` records how many ran. Never edit a shipped one: add
+/// the next file instead.
+const MIGRATIONS: &[&str] = &[include_str!("../migrations/sqlite/0001_init.sql")];
+
+const JOB_COLUMNS: &str = "id, state, spec, owner, created_at, updated_at, started_at, finished_at, not_before, attempts, retries, progress, summary, error, notified";
+const TOKEN_COLUMNS: &str = "id, name, scope, path_prefix, created_by, created_at, expires_at, revoked_at, last_used_at";
+
+pub struct SqliteStore {
+    conn: Mutex<Connection>,
+}
+
+fn db(e: rusqlite::Error) -> StoreError {
+    StoreError::Db(e.to_string())
+}
+
+impl SqliteStore {
+    pub fn open(path: &Path) -> StoreResult<Self> {
+        let conn = Connection::open(path).map_err(|e| StoreError::Db(format!("cannot open {}: {e}", path.display())))?;
+        conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(db)?;
+        // WAL: outside readers never block the writer. FULL: a commit survives power loss, so
+        // a job reported done stays done (re-running a finished `cp -r` would nest the copy).
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(db)?;
+        conn.pragma_update(None, "synchronous", "FULL").map_err(db)?;
+        conn.pragma_update(None, "foreign_keys", "ON").map_err(db)?;
+        let store = Self { conn: Mutex::new(conn) };
+        store.migrate()?;
+        Ok(store)
+    }
+
+    fn migrate(&self) -> StoreResult<()> {
+        let mut c = self.lock();
+        let version: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(db)?;
+        let known = MIGRATIONS.len() as i64;
+        if version > known {
+            return Err(StoreError::TooNew { found: version, known });
+        }
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+            // IMMEDIATE takes the write lock up front: a deferred transaction that upgrades
+            // to a writer fails with SQLITE_BUSY instead of waiting.
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(db)?;
+            tx.execute_batch(sql).map_err(|e| StoreError::Db(format!("migration {}: {e}", i + 1)))?;
+            tx.pragma_update(None, "user_version", (i + 1) as i64).map_err(db)?;
+            tx.commit().map_err(db)?;
+        }
+        Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
+        // A panic while holding the lock leaves a usable connection (SQLite rolls back any
+        // open statement), so poisoning carries no information here.
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn json_col(r: &Row<'_>, i: usize) -> rusqlite::Result<Option<Value>> {
+    let s: Option<String> = r.get(i)?;
+    Ok(s.and_then(|s| serde_json::from_str(&s).ok()))
+}
+
+fn job_row(r: &Row<'_>) -> rusqlite::Result<Result<Job, StoreError>> {
+    let id: i64 = r.get(0)?;
+    let state: String = r.get(1)?;
+    let spec: String = r.get(2)?;
+    let Some(state) = JobState::parse(&state) else { return Ok(Err(StoreError::Corrupt(format!("job {id}: state '{state}'")))) };
+    let spec: JobSpec = match serde_json::from_str(&spec) {
+        Ok(s) => s,
+        Err(e) => return Ok(Err(StoreError::Corrupt(format!("job {id}: spec: {e}")))),
+    };
+    Ok(Ok(Job {
+        id,
+        state,
+        spec,
+        owner: r.get(3)?,
+        created_at: r.get(4)?,
+        updated_at: r.get(5)?,
+        started_at: r.get(6)?,
+        finished_at: r.get(7)?,
+        not_before: r.get(8)?,
+        attempts: r.get(9)?,
+        retries: r.get(10)?,
+        progress: json_col(r, 11)?,
+        summary: json_col(r, 12)?,
+        error: r.get(13)?,
+        notified: r.get::<_, i64>(14)? != 0,
+    }))
+}
+
+fn token_row(r: &Row<'_>) -> rusqlite::Result<Result<TokenInfo, StoreError>> {
+    let id: String = r.get(0)?;
+    let scope: String = r.get(2)?;
+    let Some(scope) = Scope::parse(&scope) else { return Ok(Err(StoreError::Corrupt(format!("token {id}: scope '{scope}'")))) };
+    Ok(Ok(TokenInfo {
+        id,
+        name: r.get(1)?,
+        scope,
+        path_prefix: r.get(3)?,
+        created_by: r.get(4)?,
+        created_at: r.get(5)?,
+        expires_at: r.get(6)?,
+        revoked_at: r.get(7)?,
+        last_used_at: r.get(8)?,
+    }))
+}
+
+fn states_sql(states: &[JobState]) -> String {
+    states.iter().map(|s| format!("'{}'", s.as_str())).collect::<Vec<_>>().join(",")
+}
+
+impl JobStore for SqliteStore {
+    fn insert_job(&self, spec: &JobSpec, owner: Option<&str>, now: i64) -> StoreResult<Job> {
+        let spec_json = serde_json::to_string(spec).map_err(|e| StoreError::Db(e.to_string()))?;
+        let c = self.lock();
+        // A job without a webhook counts as notified, so only real deliveries stay pending.
+        c.query_row(
+            &format!("INSERT INTO jobs (state, spec, label, owner, created_at, updated_at, notified) VALUES ('queued', ?1, ?2, ?3, ?4, ?4, ?5) RETURNING {JOB_COLUMNS}"),
+            params![spec_json, spec.label, owner, now, spec.notify.is_none() as i64],
+            job_row,
+        )
+        .map_err(db)?
+    }
+
+    fn get_job(&self, id: i64) -> StoreResult<Option<Job>> {
+        let c = self.lock();
+        c.query_row(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1"), [id], job_row).optional().map_err(db)?.transpose()
+    }
+
+    fn list_jobs(&self, state: Option<JobState>, owner: Option<&str>, limit: u32) -> StoreResult<Vec<Job>> {
+        let c = self.lock();
+        let mut st = c
+            .prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR owner = ?2) ORDER BY id DESC LIMIT ?3"))
+            .map_err(db)?;
+        let rows = st.query_map(params![state.map(JobState::as_str), owner, limit], job_row).map_err(db)?;
+        rows.map(|r| r.map_err(db).and_then(|x| x)).collect()
+    }
+
+    fn claim_next(&self, now: i64) -> StoreResult<Option<Job>> {
+        let c = self.lock();
+        c.query_row(
+            &format!(
+                "UPDATE jobs SET state = 'running', attempts = attempts + 1, started_at = ?1, updated_at = ?1, progress = NULL
+                 WHERE id = (SELECT id FROM jobs WHERE state IN ('queued','retrying') AND not_before <= ?1 ORDER BY id LIMIT 1)
+                 RETURNING {JOB_COLUMNS}"
+            ),
+            [now],
+            job_row,
+        )
+        .optional()
+        .map_err(db)?
+        .transpose()
+    }
+
+    fn transition(&self, id: i64, from: &[JobState], to: JobState, now: i64) -> StoreResult<bool> {
+        let c = self.lock();
+        let fin = if to.is_terminal() { Some(now) } else { None };
+        let n = c
+            .execute(
+                &format!("UPDATE jobs SET state = ?1, updated_at = ?2, finished_at = COALESCE(?3, finished_at) WHERE id = ?4 AND state IN ({})", states_sql(from)),
+                params![to.as_str(), now, fin, id],
+            )
+            .map_err(db)?;
+        Ok(n == 1)
+    }
+
+    fn save_progress(&self, id: i64, progress: &Value, now: i64) -> StoreResult<()> {
+        let c = self.lock();
+        c.execute("UPDATE jobs SET progress = ?1, updated_at = ?2 WHERE id = ?3 AND state = 'running'", params![progress.to_string(), now, id]).map_err(db)?;
+        Ok(())
+    }
+
+    fn finish_attempt(&self, id: i64, to: JobState, summary: Option<&Value>, error: Option<&str>, not_before: i64, now: i64) -> StoreResult<bool> {
+        let c = self.lock();
+        let fin = if to.is_terminal() { Some(now) } else { None };
+        let retry = (to == JobState::Retrying) as i64;
+        let n = c
+            .execute(
+                "UPDATE jobs SET state = ?1, summary = COALESCE(?2, summary), error = ?3, not_before = ?4, updated_at = ?5,
+                        finished_at = ?6, retries = retries + ?7
+                 WHERE id = ?8 AND state = 'running'",
+                params![to.as_str(), summary.map(|s| s.to_string()), error, not_before, now, fin, retry, id],
+            )
+            .map_err(db)?;
+        Ok(n == 1)
+    }
+
+    fn requeue(&self, id: i64, now: i64) -> StoreResult<bool> {
+        let c = self.lock();
+        let n = c
+            .execute(
+                "UPDATE jobs SET state = 'queued', attempts = 0, not_before = 0, error = NULL, finished_at = NULL, updated_at = ?1,
+                        notified = (SELECT json_extract(spec, '$.notify') IS NULL)
+                 WHERE id = ?2 AND state IN ('failed','canceled')",
+                params![now, id],
+            )
+            .map_err(db)?;
+        Ok(n == 1)
+    }
+
+    fn recover_interrupted(&self, now: i64) -> StoreResult<u64> {
+        let c = self.lock();
+        // The interrupted attempt does not count: the service died, not the transfer.
+        let n = c
+            .execute("UPDATE jobs SET state = 'queued', attempts = MAX(attempts - 1, 0), updated_at = ?1 WHERE state = 'running'", [now])
+            .map_err(db)?;
+        Ok(n as u64)
+    }
+
+    fn pending_notifications(&self) -> StoreResult<Vec<Job>> {
+        let c = self.lock();
+        let mut st = c.prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE notified = 0 AND state IN ('succeeded','failed','canceled') ORDER BY id LIMIT 1000")).map_err(db)?;
+        let rows = st.query_map([], job_row).map_err(db)?;
+        rows.map(|r| r.map_err(db).and_then(|x| x)).collect()
+    }
+
+    fn mark_notified(&self, id: i64) -> StoreResult<()> {
+        self.lock().execute("UPDATE jobs SET notified = 1 WHERE id = ?1", [id]).map_err(db)?;
+        Ok(())
+    }
+
+    fn totals(&self) -> StoreResult<Totals> {
+        let c = self.lock();
+        let mut t = Totals::default();
+        {
+            let mut st = c.prepare_cached("SELECT state, COUNT(*) FROM jobs GROUP BY state").map_err(db)?;
+            let rows = st.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))).map_err(db)?;
+            let mut counts = std::collections::HashMap::new();
+            for r in rows {
+                let (s, n) = r.map_err(db)?;
+                counts.insert(s, n as u64);
+            }
+            t.jobs_by_state = JobState::ALL.iter().map(|s| (*s, counts.get(s.as_str()).copied().unwrap_or(0))).collect();
+        }
+        let (bytes, files, failed, retries): (i64, i64, i64, i64) = c
+            .query_row(
+                "SELECT COALESCE(SUM(json_extract(summary, '$.bytes')), 0), COALESCE(SUM(json_extract(summary, '$.files')), 0),
+                        COALESCE(SUM(json_extract(summary, '$.files_failed')), 0), COALESCE(SUM(retries), 0) FROM jobs",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .map_err(db)?;
+        (t.bytes, t.files, t.files_failed, t.retries) = (bytes as u64, files as u64, failed as u64, retries as u64);
+        Ok(t)
+    }
+
+    fn insert_token(&self, t: &NewToken<'_>, now: i64) -> StoreResult<TokenInfo> {
+        let c = self.lock();
+        c.query_row(
+            &format!("INSERT INTO tokens (id, name, scope, hash, path_prefix, created_by, created_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) RETURNING {TOKEN_COLUMNS}"),
+            params![t.id, t.name, t.scope.as_str(), &t.hash[..], t.path_prefix, t.created_by, now, t.expires_at],
+            token_row,
+        )
+        .map_err(db)?
+    }
+
+    fn token_by_hash(&self, hash: &[u8; 32]) -> StoreResult<Option<TokenInfo>> {
+        let c = self.lock();
+        c.query_row(&format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE hash = ?1"), [&hash[..]], token_row).optional().map_err(db)?.transpose()
+    }
+
+    fn list_tokens(&self) -> StoreResult<Vec<TokenInfo>> {
+        let c = self.lock();
+        let mut st = c.prepare_cached(&format!("SELECT {TOKEN_COLUMNS} FROM tokens ORDER BY created_at, id")).map_err(db)?;
+        let rows = st.query_map([], token_row).map_err(db)?;
+        rows.map(|r| r.map_err(db).and_then(|x| x)).collect()
+    }
+
+    fn revoke_token(&self, id: &str, now: i64) -> StoreResult<bool> {
+        let n = self.lock().execute("UPDATE tokens SET revoked_at = COALESCE(revoked_at, ?1) WHERE id = ?2", params![now, id]).map_err(db)?;
+        Ok(n == 1)
+    }
+
+    fn touch_token(&self, id: &str, now: i64) -> StoreResult<()> {
+        self.lock().execute("UPDATE tokens SET last_used_at = ?1 WHERE id = ?2", params![now, id]).map_err(db)?;
+        Ok(())
+    }
+
+    fn live_tokens(&self, scope: Scope, now: i64) -> StoreResult<u64> {
+        let n: i64 = self
+            .lock()
+            .query_row("SELECT COUNT(*) FROM tokens WHERE scope = ?1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?2)", params![scope.as_str(), now], |r| r.get(0))
+            .map_err(db)?;
+        Ok(n as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::JobOptions;
+
+    fn spec() -> JobSpec {
+        JobSpec { src: "/a".into(), dst: "/b".into(), sync: false, label: Some("l".into()), notify: None, options: JobOptions::default() }
+    }
+
+    #[test]
+    fn claim_is_fifo_and_cas_protects_cancel() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SqliteStore::open(&dir.path().join("jobs.db")).unwrap();
+        let a = s.insert_job(&spec(), None, 1).unwrap();
+        let b = s.insert_job(&spec(), None, 1).unwrap();
+        assert_eq!(s.claim_next(2).unwrap().unwrap().id, a.id);
+        assert!(s.transition(a.id, &[JobState::Running], JobState::Canceled, 3).unwrap());
+        // The child's exit arrives after the cancel: it must not win.
+        assert!(!s.finish_attempt(a.id, JobState::Succeeded, None, None, 0, 4).unwrap());
+        assert_eq!(s.get_job(a.id).unwrap().unwrap().state, JobState::Canceled);
+        let claimed = s.claim_next(5).unwrap().unwrap();
+        assert_eq!(claimed.id, b.id);
+        assert_eq!(claimed.attempts, 1);
+        assert!(s.claim_next(5).unwrap().is_none());
+    }
+
+    #[test]
+    fn reopening_recovers_running_jobs_and_keeps_schema_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("jobs.db");
+        let id = {
+            let s = SqliteStore::open(&path).unwrap();
+            let j = s.insert_job(&spec(), None, 1).unwrap();
+            s.claim_next(1).unwrap();
+            j.id
+        };
+        let s = SqliteStore::open(&path).unwrap();
+        assert_eq!(s.recover_interrupted(2).unwrap(), 1);
+        let j = s.get_job(id).unwrap().unwrap();
+        assert_eq!((j.state, j.attempts), (JobState::Queued, 0));
+        assert_eq!(s.lock().query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).unwrap(), MIGRATIONS.len() as i64);
+    }
+
+    #[test]
+    fn retrying_jobs_wait_for_their_backoff() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SqliteStore::open(&dir.path().join("jobs.db")).unwrap();
+        let j = s.insert_job(&spec(), None, 1).unwrap();
+        s.claim_next(1).unwrap();
+        assert!(s.finish_attempt(j.id, JobState::Retrying, None, Some("network"), 100, 2).unwrap());
+        assert!(s.claim_next(50).unwrap().is_none());
+        assert_eq!(s.claim_next(100).unwrap().unwrap().attempts, 2);
+        assert_eq!(s.totals().unwrap().retries, 1);
+    }
+}

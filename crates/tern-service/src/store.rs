@@ -1,0 +1,67 @@
+//! Everything the service persists, behind one trait so a PostgreSQL store can join SQLite.
+//!
+//! The trait is synchronous: SQLite is a blocking library whichever crate wraps it, and the
+//! service calls it through `tokio::task::spawn_blocking`. Every state change is a
+//! compare-and-set on the current state, so a late event (a child exiting after a cancel)
+//! cannot overwrite a newer decision.
+
+use serde_json::Value;
+
+use crate::model::{Job, JobSpec, JobState, Scope, TokenInfo, Totals};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("job database: {0} (check the state directory's free space and permissions)")]
+    Db(String),
+    #[error("job database is at schema version {found}, newer than this tern knows ({known}); upgrade tern")]
+    TooNew { found: i64, known: i64 },
+    #[error("job database holds a record it cannot read: {0}")]
+    Corrupt(String),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A new token's stored part: the hash, never the secret.
+pub struct NewToken<'a> {
+    pub id: &'a str,
+    pub name: &'a str,
+    pub scope: Scope,
+    pub hash: &'a [u8; 32],
+    pub path_prefix: Option<&'a str>,
+    pub created_by: Option<&'a str>,
+    pub expires_at: Option<i64>,
+}
+
+pub trait JobStore: Send + Sync + 'static {
+    fn insert_job(&self, spec: &JobSpec, owner: Option<&str>, now: i64) -> StoreResult<Job>;
+    fn get_job(&self, id: i64) -> StoreResult<Option<Job>>;
+    /// Newest first; `owner` restricts to one token's jobs.
+    fn list_jobs(&self, state: Option<JobState>, owner: Option<&str>, limit: u32) -> StoreResult<Vec<Job>>;
+    /// The oldest runnable job (queued, or retrying with its backoff over) becomes `running`,
+    /// with one more attempt counted. FIFO by id.
+    fn claim_next(&self, now: i64) -> StoreResult<Option<Job>>;
+    /// Moves `id` to `to` only if it is in one of `from`; false if it was not.
+    fn transition(&self, id: i64, from: &[JobState], to: JobState, now: i64) -> StoreResult<bool>;
+    /// Latest progress of a running job.
+    fn save_progress(&self, id: i64, progress: &Value, now: i64) -> StoreResult<()>;
+    /// Ends an attempt of a running job: terminal state, or `retrying` until `not_before`.
+    /// False if the job was no longer running (e.g. canceled meanwhile).
+    fn finish_attempt(&self, id: i64, to: JobState, summary: Option<&Value>, error: Option<&str>, not_before: i64, now: i64) -> StoreResult<bool>;
+    /// An explicit retry: failed/canceled → queued with attempts reset.
+    fn requeue(&self, id: i64, now: i64) -> StoreResult<bool>;
+    /// At start-up: attempts that were running when the service died go back to the queue.
+    fn recover_interrupted(&self, now: i64) -> StoreResult<u64>;
+    /// Terminal jobs with a webhook not yet delivered.
+    fn pending_notifications(&self) -> StoreResult<Vec<Job>>;
+    fn mark_notified(&self, id: i64) -> StoreResult<()>;
+    fn totals(&self) -> StoreResult<Totals>;
+
+    fn insert_token(&self, t: &NewToken<'_>, now: i64) -> StoreResult<TokenInfo>;
+    fn token_by_hash(&self, hash: &[u8; 32]) -> StoreResult<Option<TokenInfo>>;
+    fn list_tokens(&self) -> StoreResult<Vec<TokenInfo>>;
+    /// False if there is no such token (revoking twice is fine and returns true).
+    fn revoke_token(&self, id: &str, now: i64) -> StoreResult<bool>;
+    fn touch_token(&self, id: &str, now: i64) -> StoreResult<()>;
+    /// Tokens of this scope that are neither revoked nor expired.
+    fn live_tokens(&self, scope: Scope, now: i64) -> StoreResult<u64>;
+}

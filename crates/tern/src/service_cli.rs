@@ -1,0 +1,413 @@
+//! The managed-service side of the command line (issue 4): `tern serve --http-listen` flags and
+//! the client subcommands `submit`, `jobs`, `status`, `wait`, `cancel`, `retry`, `token`.
+//! Kept apart from `cli.rs`, which only flattens these types in and dispatches to `run`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+use tern_engine::endpoint::Endpoint;
+use tern_service::client::Client;
+
+/// Flags `tern serve` gains for the service.
+#[derive(Args)]
+pub struct ServeService {
+    /// Also serve the managed-transfer API over HTTPS here, e.g. 0.0.0.0:7443 (off by default).
+    #[arg(long, value_name = "ADDR")]
+    http_listen: Option<String>,
+    /// The service's database, TLS certificate and first admin token
+    /// [default: $XDG_STATE_HOME/tern or ~/.local/state/tern].
+    #[arg(long, env = "TERN_STATE_DIR", value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// Transfers run at once; more wait in the queue (first in, first out).
+    #[arg(long, default_value = "4")]
+    max_jobs: usize,
+    /// Attempts per job when failures are transient (network), with exponential backoff.
+    #[arg(long, default_value = "4")]
+    max_attempts: u32,
+    /// First retry delay in milliseconds (doubles per attempt, capped at 5 minutes).
+    #[arg(long, default_value = "2000", hide = true)]
+    retry_base_ms: u64,
+}
+
+/// Starts the service thread if `--http-listen` was given; otherwise does nothing at all.
+pub fn start(a: &ServeService) -> Result<()> {
+    let Some(listen) = &a.http_listen else { return Ok(()) };
+    let state_dir = a.state_dir.clone().unwrap_or_else(tern_service::default_state_dir);
+    let runner = tern_service::runner_config(a.max_jobs, a.max_attempts, Duration::from_millis(a.retry_base_ms)).map_err(|e| anyhow!(e))?;
+    let started = tern_service::start(tern_service::ServiceConfig { state_dir: state_dir.clone(), http_listen: listen.clone(), runner }).map_err(|e| anyhow!(e))?;
+    eprintln!("tern serve: service API on https://{} (state in {}, certificate {})", started.addr, state_dir.display(), state_dir.join("tls/cert.pem").display());
+    if let Some(p) = started.admin_token_file {
+        eprintln!("tern serve: first start: admin token written to {} (export TERN_TOKEN=$(cat {}))", p.display(), p.display());
+    }
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct Conn {
+    /// The service, e.g. https://dtn1:7443.
+    #[arg(long, env = "TERN_SERVER")]
+    server: Option<String>,
+    /// API token, or @FILE to read it from a file.
+    #[arg(long, env = "TERN_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// PEM certificate(s) to trust for the service (its STATE_DIR/tls/cert.pem).
+    #[arg(long, env = "TERN_CA_FILE")]
+    ca_file: Option<PathBuf>,
+    /// Machine-readable output on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+impl Conn {
+    fn client(&self) -> Result<Client> {
+        let server = self.server.as_deref().ok_or_else(|| anyhow!("no service given: pass --server https://HOST:PORT or set TERN_SERVER"))?;
+        let token = match self.token.as_deref() {
+            None => bail!("no token given: pass --token T (or @FILE) or set TERN_TOKEN"),
+            Some(t) => match t.strip_prefix('@') {
+                Some(f) => std::fs::read_to_string(f).with_context(|| format!("cannot read token file {f}"))?,
+                None => t.to_string(),
+            },
+        };
+        Client::new(server, &token, self.ca_file.as_deref()).map_err(|e| anyhow!(e))
+    }
+}
+
+#[derive(Subcommand)]
+pub enum ServiceCommand {
+    /// Hand a transfer to a tern service and return; prints the job id.
+    Submit(SubmitArgs),
+    /// List jobs, newest first.
+    Jobs {
+        /// Only jobs in this state (queued, running, retrying, succeeded, failed, canceled).
+        #[arg(long)]
+        state: Option<String>,
+        #[arg(long, default_value = "50")]
+        limit: u32,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// A job's state, progress, rate, ETA and per-file errors.
+    Status {
+        id: u64,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Block until a job ends; exit 0 if it succeeded, 1 if it failed, 3 if canceled, 4 on --timeout.
+    Wait {
+        id: u64,
+        /// Give up after this many seconds (default: wait as long as it takes).
+        #[arg(long)]
+        timeout: Option<u64>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Cancel a queued or running job (its transfer is stopped; verified data stays).
+    Cancel {
+        id: u64,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Queue a failed or canceled job again (it resumes: verified data is not re-sent).
+    Retry {
+        id: u64,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Create, list and revoke API tokens (admin).
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Args)]
+pub struct SubmitArgs {
+    /// Source: a path on the service's host, [user@]host:path or tern://host[:port]/path.
+    src: String,
+    /// Destination, same forms.
+    dst: String,
+    /// Mirror SRC's contents into DST (tern sync) instead of copying (tern cp -r).
+    #[arg(long)]
+    sync: bool,
+    /// A name to recognise the job by.
+    #[arg(long)]
+    label: Option<String>,
+    /// POST the job as JSON to this URL when it ends.
+    #[arg(long)]
+    notify: Option<String>,
+    /// Passed to the transfer: parallel streams.
+    #[arg(long)]
+    streams: Option<u16>,
+    /// Passed to the transfer: chunk size, e.g. 4M.
+    #[arg(long)]
+    chunk_size: Option<String>,
+    /// Passed to the transfer: rate cap, e.g. 800Mbit.
+    #[arg(long)]
+    bwlimit: Option<String>,
+    /// Passed to the transfer.
+    #[arg(long)]
+    no_encrypt: bool,
+    /// Passed to the transfer: re-read written data before declaring success.
+    #[arg(long)]
+    verify_full: bool,
+    /// With --sync: compare content hashes.
+    #[arg(long)]
+    checksum: bool,
+    /// With --sync: delete extras at the destination.
+    #[arg(long)]
+    delete: bool,
+    /// Passed to the transfer: reconnect window in seconds.
+    #[arg(long)]
+    retry_for: Option<u64>,
+    /// Token file for tern:// endpoints, as seen by the service.
+    #[arg(long)]
+    token_file: Option<String>,
+    /// The ssh command for host: endpoints (admin tokens only).
+    #[arg(long)]
+    ssh: Option<String>,
+    /// tern's path on the remote host.
+    #[arg(long)]
+    remote_bin: Option<String>,
+    #[command(flatten)]
+    conn: Conn,
+}
+
+#[derive(Subcommand)]
+pub enum TokenCommand {
+    /// Create a token; its secret is printed once.
+    Create {
+        #[arg(long, value_parser = ["read", "transfer", "admin"])]
+        scope: String,
+        /// Lifetime: 90d, 12h, 30m or never.
+        #[arg(long, default_value = "90d")]
+        expires: String,
+        #[arg(long)]
+        name: Option<String>,
+        /// Restrict the token's jobs to paths under this absolute prefix.
+        #[arg(long)]
+        path: Option<String>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// List tokens (never their secrets).
+    List {
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Revoke a token by id; effective at its next request.
+    Revoke {
+        id: String,
+        #[command(flatten)]
+        conn: Conn,
+    },
+}
+
+pub fn run(c: ServiceCommand) -> Result<ExitCode> {
+    match c {
+        ServiceCommand::Submit(a) => submit(a),
+        ServiceCommand::Jobs { state, limit, conn } => {
+            let mut path = format!("/v1/jobs?limit={limit}");
+            if let Some(s) = state {
+                path.push_str(&format!("&state={}", s.trim()));
+            }
+            let v = call(&conn, "GET", &path, None)?;
+            if conn.json {
+                println!("{v}");
+            } else {
+                println!("{:>6}  {:<10} {:>8}  {:<20} SRC -> DST", "ID", "STATE", "DONE", "LABEL");
+                for j in v["jobs"].as_array().into_iter().flatten() {
+                    println!("{:>6}  {:<10} {:>8}  {:<20} {} -> {}", j["id"], s(&j["state"]), percent(j), s(&j["spec"]["label"]), s(&j["spec"]["src"]), s(&j["spec"]["dst"]));
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ServiceCommand::Status { id, conn } => {
+            let v = call(&conn, "GET", &format!("/v1/jobs/{id}"), None)?;
+            if conn.json { println!("{v}") } else { print_status(&v) }
+            Ok(ExitCode::SUCCESS)
+        }
+        ServiceCommand::Wait { id, timeout, conn } => wait(id, timeout, &conn),
+        ServiceCommand::Cancel { id, conn } => simple(&conn, &format!("/v1/jobs/{id}/cancel")),
+        ServiceCommand::Retry { id, conn } => simple(&conn, &format!("/v1/jobs/{id}/retry")),
+        ServiceCommand::Token(t) => token(t),
+    }
+}
+
+fn call(conn: &Conn, method: &str, path: &str, body: Option<&Value>) -> Result<Value> {
+    conn.client()?.call(method, path, body).map_err(|e| anyhow!("{e}"))
+}
+
+fn s(v: &Value) -> String {
+    v.as_str().map(str::to_string).unwrap_or_default()
+}
+
+fn percent(j: &Value) -> String {
+    let p = &j["progress"];
+    let (done, total) = (p["bytes"].as_f64().unwrap_or(0.0) + p["bytes_skipped"].as_f64().unwrap_or(0.0), p["bytes_total"].as_f64().unwrap_or(0.0));
+    match s(&j["state"]).as_str() {
+        "succeeded" => "100%".into(),
+        _ if total > 0.0 => format!("{:.0}%", (100.0 * done / total).min(100.0)),
+        _ => "-".into(),
+    }
+}
+
+fn gb(b: f64) -> String {
+    format!("{:.2} GB", b / 1e9)
+}
+
+fn print_status(j: &Value) {
+    println!("job {}  {}  (attempt {}{})", j["id"], s(&j["state"]), j["attempts"], j["spec"]["label"].as_str().map(|l| format!(", label {l}")).unwrap_or_default());
+    println!("  {} -> {}{}", s(&j["spec"]["src"]), s(&j["spec"]["dst"]), if j["spec"]["sync"] == json!(true) { " (sync)" } else { "" });
+    let p = &j["progress"];
+    if p.is_object() {
+        let f = |k: &str| p[k].as_f64().unwrap_or(0.0);
+        let rate = j["rate_bytes_per_s"].as_f64().unwrap_or(0.0);
+        let eta = j["eta_s"].as_f64().map(|e| format!(", ETA {e:.0} s")).unwrap_or_default();
+        println!("  {} of {} ({}), {:.1} MB/s{eta}", gb(f("bytes") + f("bytes_skipped")), gb(f("bytes_total")), percent(j), rate / 1e6);
+        println!("  files: {} done, {} skipped, {} failed of {}", f("files_done"), f("files_skipped"), f("files_failed"), f("files_total"));
+    }
+    let sum = &j["summary"];
+    if sum.is_object() {
+        println!("  result: {} files, {} skipped, {} failed, {} in {:.1} s", sum["files"], sum["files_skipped"], sum["files_failed"], gb(sum["bytes"].as_f64().unwrap_or(0.0)), sum["seconds"].as_f64().unwrap_or(0.0));
+        for e in sum["errors"].as_array().into_iter().flatten().take(20) {
+            println!("  error: {}: {}: {}", s(&e["side"]), s(&e["path"]), s(&e["message"]));
+        }
+    }
+    if let Some(e) = j["error"].as_str() {
+        println!("  reason: {e}");
+    }
+}
+
+fn outcome(state: &str) -> ExitCode {
+    match state {
+        "succeeded" => ExitCode::SUCCESS,
+        "canceled" => ExitCode::from(3),
+        _ => ExitCode::from(1),
+    }
+}
+
+fn wait(id: u64, timeout: Option<u64>, conn: &Conn) -> Result<ExitCode> {
+    let client = conn.client()?;
+    let deadline = timeout.map(|t| Instant::now() + Duration::from_secs(t));
+    let mut failures = 0u32;
+    loop {
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()).as_secs()).unwrap_or(30).min(30);
+        match client.call("GET", &format!("/v1/jobs/{id}/wait?timeout_s={left}"), None) {
+            Ok(j) => {
+                failures = 0;
+                let state = s(&j["state"]);
+                if matches!(state.as_str(), "succeeded" | "failed" | "canceled") {
+                    if conn.json { println!("{j}") } else if state != "succeeded" { print_status(&j) }
+                    return Ok(outcome(&state));
+                }
+            }
+            // The service restarting (or a network blip) is no reason to give up on a job
+            // that survives it: retry a few times, a few seconds apart.
+            Err(e) if e.status == 0 && failures < 10 => {
+                failures += 1;
+                eprintln!("tern wait: {e}; retrying");
+                std::thread::sleep(Duration::from_secs(2));
+            }
+            Err(e) => bail!("{e}"),
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            eprintln!("tern wait: job {id} still not finished after --timeout");
+            return Ok(ExitCode::from(4));
+        }
+    }
+}
+
+fn simple(conn: &Conn, path: &str) -> Result<ExitCode> {
+    let v = call(conn, "POST", path, None)?;
+    if conn.json { println!("{v}") } else { println!("job {} is {}", v["id"], s(&v["state"])) }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Relative local paths are made absolute here, where the user's working directory means
+/// something; the service has none. Text is kept as written (a trailing `/.` matters).
+fn absolute(e: &str) -> Result<String> {
+    match Endpoint::parse(e).map_err(|m| anyhow!(m))? {
+        Endpoint::Local(p) if p.is_relative() => {
+            let cwd = std::env::current_dir().context("cannot read the current directory")?;
+            Ok(format!("{}/{e}", cwd.display()))
+        }
+        _ => Ok(e.to_string()),
+    }
+}
+
+fn submit(a: SubmitArgs) -> Result<ExitCode> {
+    let mut options = serde_json::Map::new();
+    let mut put = |k: &str, v: Value| {
+        if !v.is_null() && v != json!(false) {
+            options.insert(k.into(), v);
+        }
+    };
+    put("streams", json!(a.streams));
+    put("chunk_size", json!(a.chunk_size));
+    put("bwlimit", json!(a.bwlimit));
+    put("no_encrypt", json!(a.no_encrypt));
+    put("verify_full", json!(a.verify_full));
+    put("checksum", json!(a.checksum));
+    put("delete", json!(a.delete));
+    put("retry_for", json!(a.retry_for));
+    put("token_file", json!(a.token_file));
+    put("ssh", json!(a.ssh));
+    put("remote_bin", json!(a.remote_bin));
+    let mut body = json!({ "src": absolute(&a.src)?, "dst": absolute(&a.dst)?, "sync": a.sync, "options": options });
+    if let Some(l) = a.label {
+        body["label"] = json!(l);
+    }
+    if let Some(n) = a.notify {
+        body["notify"] = json!(n);
+    }
+    let v = call(&a.conn, "POST", "/v1/jobs", Some(&body))?;
+    if a.conn.json { println!("{v}") } else { println!("{}", v["id"]) }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn token(t: TokenCommand) -> Result<ExitCode> {
+    match t {
+        TokenCommand::Create { scope, expires, name, path, conn } => {
+            let mut body = json!({ "scope": scope, "expires": expires });
+            if let Some(n) = name {
+                body["name"] = json!(n);
+            }
+            if let Some(p) = path {
+                body["path_prefix"] = json!(p);
+            }
+            let v = call(&conn, "POST", "/v1/tokens", Some(&body))?;
+            if conn.json {
+                println!("{v}");
+            } else {
+                println!("{}", s(&v["token"]));
+                eprintln!("tern: token {} ({}) created; this is the only time its secret is shown", s(&v["id"]), s(&v["scope"]));
+            }
+        }
+        TokenCommand::List { conn } => {
+            let v = call(&conn, "GET", "/v1/tokens", None)?;
+            if conn.json {
+                println!("{v}");
+            } else {
+                println!("{:<16}  {:<8}  {:<8}  {:<20}  PATH", "ID", "SCOPE", "STATUS", "NAME");
+                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
+                for t in v["tokens"].as_array().into_iter().flatten() {
+                    let status = if !t["revoked_at"].is_null() {
+                        "revoked"
+                    } else if t["expires_at"].as_i64().is_some_and(|e| e <= now) {
+                        "expired"
+                    } else {
+                        "live"
+                    };
+                    println!("{:<16}  {:<8}  {:<8}  {:<20}  {}", s(&t["id"]), s(&t["scope"]), status, s(&t["name"]), s(&t["path_prefix"]));
+                }
+            }
+        }
+        TokenCommand::Revoke { id, conn } => {
+            let v = call(&conn, "DELETE", &format!("/v1/tokens/{id}"), None)?;
+            if conn.json { println!("{v}") } else { println!("revoked {id}") }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,437 @@
+//! The managed service (issue 4) end to end: a real `tern serve --http-listen` with a real
+//! SQLite file, real child transfers, the real CLI; kill -9 and restart; a bounded load test.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+use tern_service::client::Client;
+
+/// A real `tern serve` with the service API; killed with SIGKILL (by PID) on drop.
+struct Service {
+    child: Child,
+    pub http: u16,
+    pub data_port: u16,
+    pub state: PathBuf,
+    pub root: PathBuf,
+    pub daemon_token: PathBuf,
+    env: Vec<(String, String)>,
+    extra: Vec<String>,
+}
+
+impl Service {
+    fn start(base: &Path, env: &[(&str, &str)], extra: &[&str]) -> Self {
+        let root = base.join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        let mut s = Service {
+            child: Command::new("true").spawn().unwrap(),
+            http: free_port(),
+            data_port: free_port(),
+            state: base.join("state"),
+            root,
+            daemon_token: base.join("daemon.token"),
+            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        let _ = self.child.wait();
+        let mut cmd = Command::new(tern_bin());
+        cmd.args(["serve", "--listen", &format!("127.0.0.1:{}", self.data_port), "--http-listen", &format!("127.0.0.1:{}", self.http)])
+            .arg("--root")
+            .arg(&self.root)
+            .arg("--token-file")
+            .arg(&self.daemon_token)
+            .arg("--state-dir")
+            .arg(&self.state)
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        self.child = cmd.spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", self.http)).is_err() || std::net::TcpStream::connect(("127.0.0.1", self.data_port)).is_err() {
+            assert!(self.child.try_wait().unwrap().is_none(), "tern serve exited at start");
+            assert!(Instant::now() < deadline, "service did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.http)
+    }
+
+    fn ca(&self) -> PathBuf {
+        self.state.join("tls/cert.pem")
+    }
+
+    fn admin(&self) -> String {
+        std::fs::read_to_string(self.state.join("admin.token")).unwrap().trim().to_string()
+    }
+
+    fn client(&self, token: &str) -> Client {
+        Client::new(&self.url(), token, Some(&self.ca())).unwrap()
+    }
+
+    /// Runs the CLI against this service with `token`; (exit code, stdout, stderr).
+    fn cli(&self, token: &str, args: &[&str]) -> (i32, String, String) {
+        let mut cmd = Command::new(tern_bin());
+        cmd.args(args).env("TERN_SERVER", self.url()).env("TERN_TOKEN", token).env("TERN_CA_FILE", self.ca()).stdin(Stdio::null());
+        let out = run_bounded(cmd, Duration::from_secs(120));
+        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).trim().to_string(), String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+
+    fn token(&self, scope: &str, extra: &[&str]) -> String {
+        let mut args = vec!["token", "create", "--scope", scope];
+        args.extend_from_slice(extra);
+        let (code, out, err) = self.cli(&self.admin(), &args);
+        assert_eq!(code, 0, "token create: {err}");
+        out
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn job(c: &Client, id: u64) -> Value {
+    c.call("GET", &format!("/v1/jobs/{id}"), None).unwrap()
+}
+
+fn submit(s: &Service, token: &str, args: &[&str]) -> u64 {
+    let mut a = vec!["submit"];
+    a.extend_from_slice(args);
+    let (code, out, err) = s.cli(token, &a);
+    assert_eq!(code, 0, "submit failed: {err}");
+    out.parse().unwrap_or_else(|_| panic!("submit printed '{out}', not a job id"))
+}
+
+fn small_tree(root: &Path) {
+    for i in 0..20u64 {
+        write_file(&root.join(format!("d{}/f{i}.dat", i % 3)), i, (i as usize * 7919) % 300_000);
+    }
+}
+
+#[test]
+fn service_runs_local_and_daemon_jobs_to_verified_completion() {
+    let t = scratch();
+    let s = Service::start(t.path(), &[], &[]);
+    let admin = s.admin();
+    let src = t.path().join("src");
+    small_tree(&src);
+    let transfer = s.token("transfer", &["--expires", "90d", "--name", "batch"]);
+
+    // A webhook receiver: one POST, answered 200.
+    let hook = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let hook_url = format!("http://{}/hook", hook.local_addr().unwrap());
+    let hook_thread = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let (mut sock, _) = hook.accept().unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut req = Vec::new();
+        let mut buf = [0u8; 65536];
+        // Headers, then Content-Length bytes of body.
+        let complete = |r: &[u8]| {
+            let text = String::from_utf8_lossy(r).to_lowercase();
+            let Some(end) = text.find("\r\n\r\n") else { return false };
+            let len = text.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse::<usize>().ok());
+            len.is_some_and(|n| r.len() >= end + 4 + n)
+        };
+        while !complete(&req) {
+            let n = sock.read(&mut buf).unwrap();
+            assert!(n > 0, "webhook connection closed early: {}", String::from_utf8_lossy(&req));
+            req.extend_from_slice(&buf[..n]);
+        }
+        sock.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").unwrap();
+        String::from_utf8_lossy(&req).into_owned()
+    });
+
+    // Local to local, through the CLI as a batch script would: submit && wait.
+    let dst = t.path().join("dst");
+    let id = submit(&s, &transfer, &[src.to_str().unwrap(), dst.to_str().unwrap(), "--label", "local", "--notify", &hook_url]);
+    let (code, _, err) = s.cli(&transfer, &["wait", &id.to_string()]);
+    assert_eq!(code, 0, "wait: {err}");
+    assert_same_tree(&src, &dst);
+    assert_no_leftovers(&dst);
+    let posted = hook_thread.join().unwrap();
+    assert!(posted.starts_with("POST /hook"), "{posted}");
+    let hooked: Value = serde_json::from_str(&posted[posted.find("\r\n\r\n").unwrap() + 4..]).unwrap();
+    assert_eq!((hooked["job"]["id"].as_u64(), hooked["job"]["state"].as_str()), (Some(id), Some("succeeded")), "{posted}");
+
+    // Through the data daemon of the same `tern serve`.
+    let url = format!("tern://127.0.0.1:{}/incoming", s.data_port);
+    let id2 = submit(&s, &transfer, &[&format!("{}/.", src.display()), &url, "--token-file", s.daemon_token.to_str().unwrap()]);
+    let (code, _, err) = s.cli(&transfer, &["wait", &id2.to_string()]);
+    assert_eq!(code, 0, "wait (daemon job): {err}");
+    assert_same_tree(&src, &s.root.join("incoming"));
+
+    let (code, out, _) = s.cli(&transfer, &["status", &id2.to_string(), "--json"]);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["state"], "succeeded");
+    assert_eq!(v["summary"]["ok"], true);
+    assert_eq!(v["summary"]["files"], 20);
+    let (code, out, _) = s.cli(&transfer, &["jobs"]);
+    assert!(code == 0 && out.contains("succeeded") && out.contains("local"), "{out}");
+    let metrics = s.client(&admin).get_text("/metrics").unwrap();
+    assert!(metrics.contains("tern_jobs{state=\"succeeded\"} 2"), "{metrics}");
+    assert!(metrics.contains("tern_transferred_files_total 40"), "{metrics}");
+}
+
+#[test]
+fn service_refuses_bad_tokens_and_requests_with_clear_statuses() {
+    let t = scratch();
+    let s = Service::start(t.path(), &[], &[]);
+    let admin = s.admin();
+    let data = t.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    write_file(&data.join("a"), 1, 1000);
+    let body = json!({ "src": data.join("a").to_str().unwrap(), "dst": data.join("b").to_str().unwrap() });
+    let status = |tok: &str, method: &str, path: &str, b: Option<&Value>| s.client(tok).call(method, path, b).err().map(|e| (e.status, e.message)).unwrap_or((200, String::new()));
+
+    // Every documented route is served and authenticated; every served route is documented.
+    let doc: Value = serde_json::from_str(tern_service::api::OPENAPI).unwrap();
+    let mut documented: Vec<(String, String)> = Vec::new();
+    for (path, ops) in doc["paths"].as_object().unwrap() {
+        for method in ops.as_object().unwrap().keys() {
+            documented.push((method.to_uppercase(), path.clone()));
+        }
+    }
+    let mut served: Vec<(String, String)> = tern_service::api::routes().into_iter().map(|(m, p)| (m.to_string(), p.to_string())).collect();
+    documented.sort();
+    served.sort();
+    assert_eq!(documented, served, "docs/openapi.json and the served routes differ");
+    let nobody = Client::new(&s.url(), "", Some(&s.ca())).unwrap();
+    let empty = json!({});
+    for (m, p) in &served {
+        let p = p.replace("{id}", "1");
+        let e = nobody.call(m, &p, if m == "POST" { Some(&empty) } else { None }).unwrap_err();
+        assert_eq!(e.status, 401, "{m} {p}: {}", e.message);
+    }
+    assert_eq!(status(&admin, "GET", "/v1/nothing", None).0, 404);
+
+    // Scopes.
+    let read = s.token("read", &[]);
+    let (code, msg) = status(&read, "POST", "/v1/jobs", Some(&body));
+    assert!(code == 403 && msg.contains("scope 'read'"), "{code} {msg}");
+    assert_eq!(status(&read, "GET", "/v1/jobs", None).0, 200);
+    let transfer = s.token("transfer", &[]);
+    assert_eq!(status(&transfer, "GET", "/v1/tokens", None).0, 403);
+    let with_ssh = json!({ "src": "/x", "dst": "h:/y", "options": { "ssh": "sh -c evil" } });
+    assert_eq!(status(&transfer, "POST", "/v1/jobs", Some(&with_ssh)).0, 403);
+
+    // Path prefix.
+    let confined = s.token("transfer", &["--path", data.to_str().unwrap()]);
+    let outside = json!({ "src": "/etc/passwd", "dst": data.join("p").to_str().unwrap() });
+    let (code, msg) = status(&confined, "POST", "/v1/jobs", Some(&outside));
+    assert!(code == 403 && msg.contains("outside"), "{code} {msg}");
+    let inside = s.client(&confined).call("POST", "/v1/jobs", Some(&body)).unwrap();
+    let id = inside["id"].as_u64().unwrap();
+
+    // Revoked and expired tokens.
+    let doomed = s.token("read", &[]);
+    let doomed_id = doomed.split('_').nth(1).unwrap().to_string();
+    let (code, _, err) = s.cli(&admin, &["token", "revoke", &doomed_id]);
+    assert_eq!(code, 0, "{err}");
+    let (code, msg) = status(&doomed, "GET", "/v1/jobs", None);
+    assert!(code == 401 && msg.contains("revoked"), "{code} {msg}");
+    let short = s.token("read", &["--expires", "1s"]);
+    std::thread::sleep(Duration::from_millis(2100));
+    let (code, msg) = status(&short, "GET", "/v1/jobs", None);
+    assert!(code == 401 && msg.contains("expired"), "{code} {msg}");
+    let (code, msg) = status("tern_0123456789abcdef_0000000000000000000000000000000000000000000000000000000000000000", "GET", "/v1/jobs", None);
+    assert!(code == 401 && msg.contains("unknown"), "{code} {msg}");
+    assert_eq!(status("garbage", "GET", "/v1/jobs", None).0, 401);
+    // The CLI shows the server's reason and fails.
+    let (code, _, err) = s.cli(&doomed, &["jobs"]);
+    assert!(code != 0 && err.contains("revoked"), "{err}");
+
+    // Malformed, oversized, unknown.
+    let c = s.client(&admin);
+    assert_eq!(c.send_raw("/v1/jobs", "application/json", b"{not json").unwrap_err().status, 400);
+    assert_eq!(c.send_raw("/v1/jobs", "text/plain", b"{}").unwrap_err().status, 415);
+    assert_eq!(c.send_raw("/v1/jobs", "application/json", &vec![b' '; 100_000]).unwrap_err().status, 413);
+    let e = c.call("POST", "/v1/jobs", Some(&json!({ "src": "/a", "dst": "/b", "surprise": 1 }))).unwrap_err();
+    assert!(e.status == 422 && e.message.contains("surprise"), "{e}");
+    let e = c.call("POST", "/v1/jobs", Some(&json!({ "src": "relative", "dst": "/b" }))).unwrap_err();
+    assert!(e.status == 400 && e.message.contains("absolute"), "{e}");
+    assert_eq!(c.call("GET", "/v1/jobs/999999", None).unwrap_err().status, 404);
+    assert_eq!(c.call("GET", "/v1/jobs/abc", None).unwrap_err().status, 400);
+    assert_eq!(c.call("GET", "/v1/jobs?state=bogus", None).unwrap_err().status, 400);
+    // A finished job cannot be canceled; the last admin token cannot be revoked.
+    let (code, _, _) = s.cli(&confined, &["wait", &id.to_string()]);
+    assert_eq!(code, 0);
+    assert_eq!(c.call("POST", &format!("/v1/jobs/{id}/cancel"), None).unwrap_err().status, 409);
+    let admin_id = admin.split('_').nth(1).unwrap();
+    assert_eq!(c.call("DELETE", &format!("/v1/tokens/{admin_id}"), None).unwrap_err().status, 409);
+    // Confined tokens see only their own jobs.
+    assert_eq!(status(&confined, "GET", "/v1/jobs", None).0, 200);
+}
+
+#[test]
+fn service_cancel_stops_a_running_job() {
+    let t = scratch();
+    let s = Service::start(t.path(), &[("TERN_FAULT_DELAY_MS", "20")], &[]);
+    let admin = s.admin();
+    write_file(&t.path().join("src/big"), 7, 32 << 20);
+    let dst = t.path().join("dst");
+    let id = submit(&s, &admin, &[t.path().join("src").to_str().unwrap(), dst.to_str().unwrap(), "--chunk-size", "64K", "--streams", "2"]);
+    let c = s.client(&admin);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while job(&c, id)["state"] != "running" {
+        assert!(Instant::now() < deadline, "job never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (code, out, err) = s.cli(&admin, &["cancel", &id.to_string()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("canceled"), "{out}");
+    let started = Instant::now();
+    let (code, _, _) = s.cli(&admin, &["wait", &id.to_string()]);
+    assert_eq!(code, 3, "wait exits 3 for a canceled job");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // The child is gone: nothing keeps writing, the state stays canceled.
+    std::thread::sleep(Duration::from_millis(500));
+    let j = job(&c, id);
+    assert_eq!(j["state"], "canceled", "{j}");
+    assert!(!dst.join("big").exists(), "a canceled copy must not land under the final name");
+    // And it can be queued again.
+    let (code, _, err) = s.cli(&admin, &["retry", &id.to_string()]);
+    assert_eq!(code, 0, "{err}");
+}
+
+#[test]
+fn service_resumes_jobs_after_kill_9_and_never_redoes_finished_ones() {
+    let t = scratch();
+    let mut s = Service::start(t.path(), &[("TERN_FAULT_DELAY_MS", "20")], &[]);
+    let admin = s.admin();
+    let c = s.client(&admin);
+    // A small job finishes first: after the crash it must stay done, untouched.
+    write_file(&t.path().join("small/a"), 3, 1000);
+    let small = submit(&s, &admin, &[t.path().join("small").to_str().unwrap(), t.path().join("small-copy").to_str().unwrap()]);
+    assert_eq!(s.cli(&admin, &["wait", &small.to_string()]).0, 0);
+    let small_before = job(&c, small);
+
+    let size = 24u64 << 20;
+    write_file(&t.path().join("src/big"), 9, size as usize);
+    let dst = t.path().join("dst");
+    let id = submit(&s, &admin, &[t.path().join("src").to_str().unwrap(), dst.to_str().unwrap(), "--chunk-size", "64K", "--streams", "2"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let j = job(&c, id);
+        let done = j["progress"]["bytes"].as_u64().unwrap_or(0);
+        if done > size / 4 {
+            break;
+        }
+        assert!(j["state"] != "succeeded", "the job finished before the kill; slow it down");
+        assert!(Instant::now() < deadline, "no progress: {j}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    s.kill9();
+    s.spawn();
+    let c = s.client(&admin);
+    let (code, _, err) = s.cli(&admin, &["wait", &id.to_string()]);
+    assert_eq!(code, 0, "wait after restart: {err}");
+    assert_same_tree(&t.path().join("src"), &dst);
+    assert_no_leftovers(&dst);
+    let j = job(&c, id);
+    let resent = j["summary"]["bytes"].as_u64().unwrap();
+    assert!(resent < size * 3 / 4 + (4 << 20), "the resumed attempt sent {resent} of {size} bytes: verified data was re-sent");
+    assert_eq!(j["attempts"], 1, "the interrupted attempt does not count: {j}");
+    let small_after = job(&c, small);
+    assert_eq!(small_after["state"], "succeeded");
+    assert_eq!(small_after["finished_at"], small_before["finished_at"], "a finished job was run again");
+    eprintln!("kill -9 resume: second attempt sent {:.1} MiB of {} MiB", resent as f64 / (1 << 20) as f64, size >> 20);
+}
+
+#[test]
+fn service_load_200_jobs_from_4_clients_none_lost_or_duplicated() {
+    let t = scratch();
+    let s = Service::start(t.path(), &[], &["--max-jobs", "4"]);
+    let admin = s.admin();
+    let src = t.path().join("src");
+    for i in 0..200u64 {
+        write_file(&src.join(format!("f{i}")), i, 1000 + i as usize);
+    }
+    std::fs::create_dir_all(t.path().join("out")).unwrap();
+    let started = Instant::now();
+    let threads: Vec<_> = (0..4u64)
+        .map(|k| {
+            let (url, ca, token, src, out) = (s.url(), s.ca(), admin.clone(), src.clone(), t.path().join("out"));
+            std::thread::spawn(move || {
+                let c = Client::new(&url, &token, Some(&ca)).unwrap();
+                let mut ids = Vec::new();
+                let mut lat = Vec::new();
+                for i in (k * 50)..(k * 50 + 50) {
+                    let body = json!({ "src": src.join(format!("f{i}")).to_str().unwrap(), "dst": out.join(format!("f{i}")).to_str().unwrap(), "label": format!("load-{i}") });
+                    let t0 = Instant::now();
+                    let v = c.call("POST", "/v1/jobs", Some(&body)).unwrap();
+                    lat.push(t0.elapsed());
+                    ids.push((i, v["id"].as_u64().unwrap()));
+                    // A status read between submissions, as a dashboard would.
+                    let t0 = Instant::now();
+                    c.call("GET", &format!("/v1/jobs/{}", ids[0].1), None).unwrap();
+                    lat.push(t0.elapsed());
+                }
+                (ids, lat)
+            })
+        })
+        .collect();
+    let mut ids = Vec::new();
+    let mut lat = Vec::new();
+    for th in threads {
+        let (i, l) = th.join().unwrap();
+        ids.extend(i);
+        lat.extend(l);
+    }
+    let submitted = started.elapsed();
+    let mut unique: Vec<u64> = ids.iter().map(|x| x.1).collect();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), 200, "job ids were reused");
+    let c = s.client(&admin);
+    let deadline = Instant::now() + Duration::from_secs(150);
+    let jobs = loop {
+        let v = c.call("GET", "/v1/jobs?limit=1000", None).unwrap();
+        let jobs = v["jobs"].as_array().unwrap().clone();
+        if jobs.iter().all(|j| j["state"] == "succeeded" || j["state"] == "failed") {
+            break jobs;
+        }
+        assert!(Instant::now() < deadline, "jobs did not finish in time");
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    assert_eq!(jobs.len(), 200, "lost or extra jobs");
+    let failed: Vec<_> = jobs.iter().filter(|j| j["state"] != "succeeded").collect();
+    assert!(failed.is_empty(), "failed jobs: {failed:?}");
+    assert!(jobs.iter().all(|j| j["attempts"] == 1), "a job ran twice");
+    for (i, _) in &ids {
+        assert_eq!(std::fs::read(t.path().join(format!("out/f{i}"))).unwrap(), data(*i, 1000 + *i as usize));
+    }
+    lat.sort();
+    let pct = |p: f64| lat[((lat.len() as f64 * p).ceil() as usize).min(lat.len()) - 1];
+    eprintln!(
+        "load: 200 jobs from 4 clients: submitted in {:.2} s, all done in {:.2} s; API latency over {} calls: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        submitted.as_secs_f64(),
+        started.elapsed().as_secs_f64(),
+        lat.len(),
+        pct(0.50).as_secs_f64() * 1e3,
+        pct(0.99).as_secs_f64() * 1e3,
+        lat[lat.len() - 1].as_secs_f64() * 1e3
+    );
+}
