@@ -435,3 +435,34 @@ fn service_load_200_jobs_from_4_clients_none_lost_or_duplicated() {
         lat[lat.len() - 1].as_secs_f64() * 1e3
     );
 }
+
+#[test]
+fn service_retries_network_failures_with_backoff_and_keeps_permanent_reasons() {
+    let t = scratch();
+    let s = Service::start(t.path(), &[], &["--max-attempts", "2", "--retry-base-ms", "200"]);
+    let admin = s.admin();
+    let c = s.client(&admin);
+    // Permanent: the source does not exist. One attempt, the per-file reason kept.
+    let missing = submit(&s, &admin, &[t.path().join("nope").to_str().unwrap(), t.path().join("x").to_str().unwrap()]);
+    // Transient: nothing listens on that port. Retried once after the backoff, then failed.
+    let closed = format!("tern://127.0.0.1:{}/x", free_port());
+    let net = submit(&s, &admin, &[t.path().to_str().unwrap(), &closed, "--retry-for", "1", "--token-file", s.daemon_token.to_str().unwrap()]);
+    let (code, out, _) = s.cli(&admin, &["wait", &missing.to_string()]);
+    assert_eq!(code, 1, "wait exits 1 for a failed job");
+    assert!(out.contains("source") && out.contains("check the source path"), "the reason is shown: {out}");
+    let j = job(&c, missing);
+    assert_eq!((j["attempts"].as_u64(), j["retries"].as_u64()), (Some(1), Some(0)), "{j}");
+    assert_eq!(j["summary"]["errors"][0]["side"], "source");
+    let (code, _, _) = s.cli(&admin, &["wait", &net.to_string()]);
+    assert_eq!(code, 1);
+    let j = job(&c, net);
+    assert_eq!((j["attempts"].as_u64(), j["retries"].as_u64()), (Some(2), Some(1)), "{j}");
+    assert!(j["error"].as_str().unwrap().contains("cannot connect"), "{j}");
+    let metrics = c.get_text("/metrics").unwrap();
+    assert!(metrics.contains("tern_job_retries_total 1") && metrics.contains("tern_job_failures_total 2"), "{metrics}");
+    // An explicit retry runs it again from the start of its attempt budget.
+    let (code, out, err) = s.cli(&admin, &["retry", &missing.to_string()]);
+    assert!(code == 0 && out.contains("queued"), "{out} {err}");
+    assert_eq!(s.cli(&admin, &["wait", &missing.to_string()]).0, 1);
+    assert_eq!(job(&c, missing)["attempts"], 1);
+}
