@@ -120,6 +120,14 @@ impl Runner {
     }
 
     async fn supervise(self: Arc<Self>, job: Job) {
+        // A cancel that landed between the claim and our entry in `running` found nothing to
+        // kill: look again now that `kill` can see us (it sets `cancel` from here on).
+        let (store, id) = (self.store.clone(), job.id);
+        if !matches!(blocking(move || store.get_job(id)).await, Ok(Some(j)) if j.state == JobState::Running) {
+            self.lock().remove(&id);
+            self.poke();
+            return;
+        }
         let attempt = self.attempt(&job).await;
         let (state, error, not_before) = self.classify(&job, &attempt);
         let store = self.store.clone();
