@@ -343,11 +343,33 @@ fn service_resumes_jobs_after_kill_9_and_never_redoes_finished_ones() {
         assert!(Instant::now() < deadline, "no progress: {j}");
         std::thread::sleep(Duration::from_millis(100));
     }
+    // A batch script's `tern wait`, started before the crash, rides over the restart.
+    let mut waiter = Command::new(tern_bin())
+        .args(["wait", &id.to_string()])
+        .env("TERN_SERVER", s.url())
+        .env("TERN_TOKEN", &admin)
+        .env("TERN_CA_FILE", s.ca())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
     s.kill9();
     s.spawn();
     let c = s.client(&admin);
-    let (code, _, err) = s.cli(&admin, &["wait", &id.to_string()]);
-    assert_eq!(code, 0, "wait after restart: {err}");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let code = loop {
+        if let Some(st) = waiter.try_wait().unwrap() {
+            break st.code();
+        }
+        if Instant::now() > deadline {
+            let _ = waiter.kill();
+            panic!("tern wait did not return after the restart");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(code, Some(0), "tern wait across the restart");
     assert_same_tree(&t.path().join("src"), &dst);
     assert_no_leftovers(&dst);
     let j = job(&c, id);
