@@ -218,7 +218,7 @@ pub fn run(c: ServiceCommand) -> Result<ExitCode> {
             } else {
                 println!("{:>6}  {:<10} {:>8}  {:<20} SRC -> DST", "ID", "STATE", "DONE", "LABEL");
                 for j in v["jobs"].as_array().into_iter().flatten() {
-                    println!("{:>6}  {:<10} {:>8}  {:<20} {} -> {}", j["id"], s(&j["state"]), percent(j), s(&j["spec"]["label"]), s(&j["spec"]["src"]), s(&j["spec"]["dst"]));
+                    println!("{:>6}  {:<10} {:>8}  {:<20} {} -> {}", j["id"].as_u64().unwrap_or(0), s(&j["state"]), percent(j), s(&j["spec"]["label"]), s(&j["spec"]["src"]), s(&j["spec"]["dst"]));
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -253,22 +253,28 @@ fn percent(j: &Value) -> String {
     }
 }
 
+/// Decimal units, as network rates are quoted.
 fn gb(b: f64) -> String {
-    format!("{:.2} GB", b / 1e9)
+    match b {
+        b if b >= 1e9 => format!("{:.2} GB", b / 1e9),
+        b if b >= 1e6 => format!("{:.1} MB", b / 1e6),
+        b if b >= 1e3 => format!("{:.1} kB", b / 1e3),
+        b => format!("{b:.0} B"),
+    }
 }
 
 fn print_status(j: &Value) {
     println!("job {}  {}  (attempt {}{})", j["id"], s(&j["state"]), j["attempts"], j["spec"]["label"].as_str().map(|l| format!(", label {l}")).unwrap_or_default());
     println!("  {} -> {}{}", s(&j["spec"]["src"]), s(&j["spec"]["dst"]), if j["spec"]["sync"] == json!(true) { " (sync)" } else { "" });
-    let p = &j["progress"];
-    if p.is_object() {
+    let (p, sum) = (&j["progress"], &j["summary"]);
+    // A finished attempt's summary supersedes its last progress sample.
+    if p.is_object() && !(sum.is_object() && j["state"] != "running") {
         let f = |k: &str| p[k].as_f64().unwrap_or(0.0);
         let rate = j["rate_bytes_per_s"].as_f64().unwrap_or(0.0);
         let eta = j["eta_s"].as_f64().map(|e| format!(", ETA {e:.0} s")).unwrap_or_default();
         println!("  {} of {} ({}), {:.1} MB/s{eta}", gb(f("bytes") + f("bytes_skipped")), gb(f("bytes_total")), percent(j), rate / 1e6);
         println!("  files: {} done, {} skipped, {} failed of {}", f("files_done"), f("files_skipped"), f("files_failed"), f("files_total"));
     }
-    let sum = &j["summary"];
     if sum.is_object() {
         println!("  result: {} files, {} skipped, {} failed, {} in {:.1} s", sum["files"], sum["files_skipped"], sum["files_failed"], gb(sum["bytes"].as_f64().unwrap_or(0.0)), sum["seconds"].as_f64().unwrap_or(0.0));
         for e in sum["errors"].as_array().into_iter().flatten().take(20) {
