@@ -58,3 +58,25 @@ impl CtrlWriter {
         w.write_all(&bytes).and_then(|_| w.flush()).map_err(net_err)
     }
 }
+
+/// Forwards every control message into an event channel from its own thread, so a side's main
+/// loop waits on one channel for both control messages and data-stream events. Stops after
+/// `Bye`, at the first error (reported once), or when the main loop is gone.
+pub fn spawn_reader<E: Send + 'static>(mut reader: CtrlReader, events: crossbeam_channel::Sender<E>, msg: fn(Control) -> E, fail: fn(TransferError) -> E) {
+    std::thread::spawn(move || {
+        loop {
+            match reader.recv() {
+                Ok(m) => {
+                    let bye = matches!(m, Control::Bye);
+                    if events.send(msg(m)).is_err() || bye {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    let _ = events.send(fail(e));
+                    return;
+                }
+            }
+        }
+    });
+}

@@ -152,7 +152,7 @@ impl Receiving {
         StreamFeed(self.events.clone())
     }
 
-    pub fn run(self, mut reader: CtrlReader, writer: Arc<CtrlWriter>, streams: Vec<DataConn>, p: ReceiverParams) -> Result<Summary, TransferError> {
+    pub fn run(self, reader: CtrlReader, writer: Arc<CtrlWriter>, streams: Vec<DataConn>, p: ReceiverParams) -> Result<Summary, TransferError> {
         let Receiving { events, rx } = self;
         let sinks: Sinks = Arc::default();
         let ending = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -167,25 +167,7 @@ impl Receiving {
         for conn in streams {
             spawn_worker(conn, &mut closers);
         }
-        {
-            let ev = events.clone();
-            thread::spawn(move || {
-                loop {
-                    match reader.recv() {
-                        Ok(m) => {
-                            let bye = matches!(m, Control::Bye);
-                            if ev.send(Event::Ctrl(m)).is_err() || bye {
-                                return;
-                            }
-                        }
-                        Err(e) => {
-                            let _ = ev.send(Event::CtrlFailed(e));
-                            return;
-                        }
-                    }
-                }
-            });
-        }
+        crate::control::spawn_reader(reader, events.clone(), Event::Ctrl, Event::CtrlFailed);
         let (fin_tx, fin_rx) = unbounded();
         let finalizer = {
             let ev = events.clone();

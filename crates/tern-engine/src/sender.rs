@@ -120,7 +120,7 @@ impl Sending {
     }
 
     /// Runs the sending side to the end of the session. Returns the receiver's summary.
-    pub fn run(self, mut reader: CtrlReader, writer: Arc<CtrlWriter>, streams: Vec<DataConn>, p: SenderParams) -> Result<Summary, TransferError> {
+    pub fn run(self, reader: CtrlReader, writer: Arc<CtrlWriter>, streams: Vec<DataConn>, p: SenderParams) -> Result<Summary, TransferError> {
         let Sending { events, rx } = self;
         let chunk_size = p.options.chunk_size;
         let (work_tx, work_rx) = unbounded::<Work>();
@@ -135,25 +135,7 @@ impl Sending {
         for conn in streams {
             spawn_worker(conn, &mut closers, &mut workers);
         }
-        {
-            let ev = events.clone();
-            thread::spawn(move || {
-                loop {
-                    match reader.recv() {
-                        Ok(m) => {
-                            let bye = matches!(m, Control::Bye);
-                            if ev.send(Event::Ctrl(m)).is_err() || bye {
-                                return;
-                            }
-                        }
-                        Err(e) => {
-                            let _ = ev.send(Event::CtrlFailed(e));
-                            return;
-                        }
-                    }
-                }
-            });
-        }
+        crate::control::spawn_reader(reader, events.clone(), Event::Ctrl, Event::CtrlFailed);
         {
             let (ev, w, sources, opts, memory) = (events.clone(), writer.clone(), p.sources.clone(), p.options, p.memory.clone());
             thread::spawn(move || walker(ev, w, sources, opts, memory));

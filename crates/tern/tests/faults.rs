@@ -74,6 +74,7 @@ fn receiver_killed_mid_transfer_resumes_within_the_run() {
     let _d2 = Daemon::start_on(&root, &token, port, &[]);
     let r = finish(client);
     assert!(r.ok(), "{}", r.stderr());
+    eprintln!("measured: receiver killed at {verified}/128 verified chunks; resumed in-run, bytes_resent={} reconnects={}", r.u64("bytes_resent"), r.u64("reconnects"));
     assert!(r.u64("reconnects") >= 1);
     assert!(r.u64("bytes_resent") <= IN_FLIGHT, "resent {} bytes, more than was in flight", r.u64("bytes_resent"));
     assert!(r.u64("bytes") <= 128 * MIB + IN_FLIGHT);
@@ -103,6 +104,7 @@ fn receiver_killed_then_rerun_sends_only_unverified_chunks() {
     let second = tern(&args, &[]);
     assert!(second.ok(), "{}", second.stderr());
     let resent = (first.u64("bytes") + second.u64("bytes")).saturating_sub(64 * MIB);
+    eprintln!("measured: receiver killed, re-run: first sent {}, second sent {}, sent twice {resent} bytes", first.u64("bytes"), second.u64("bytes"));
     assert!(resent <= IN_FLIGHT, "{resent} bytes sent twice");
     assert!(second.u64("bytes_skipped") > 0, "the re-run reused verified chunks");
     assert_eq!(fs::read(&src).unwrap(), fs::read(root.join("big.bin")).unwrap());
@@ -126,6 +128,7 @@ fn sender_killed_then_rerun_resumes() {
     let verified = journal_records(&journal);
     let second = tern(&args, &[]);
     assert!(second.ok(), "{}", second.stderr());
+    eprintln!("measured: sender killed with {verified}/64 chunks verified; re-run sent {} bytes ({} unverified)", second.u64("bytes"), (64 - verified) * MIB);
     assert!(second.u64("bytes") <= (64 - verified) * MIB + IN_FLIGHT, "sent {} with {verified} chunks verified", second.u64("bytes"));
     assert_eq!(fs::read(&src).unwrap(), fs::read(root.join("big.bin")).unwrap());
 }
@@ -159,6 +162,7 @@ fn cut_socket_is_retried_within_the_run() {
         &[("TERN_FAULT_CUT_AFTER", "40000000")],
     );
     assert!(r.ok(), "{}", r.stderr());
+    eprintln!("measured: socket cut at 40 MB: reconnects={} bytes_resent={}", r.u64("reconnects"), r.u64("bytes_resent"));
     assert!(r.u64("reconnects") >= 1, "the cut was not noticed: {}", r.json);
     // Per stream: a chunk, the 256 KiB write buffer and both (doubled) 1 MiB socket buffers.
     assert!(r.u64("bytes_resent") <= 2 * 6 * MIB, "resent {}", r.u64("bytes_resent"));
