@@ -14,7 +14,7 @@ tern=$PWD/target/release/tern
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/tern-quickstart.XXXXXX")
 daemon=
-cleanup() { [[ -n $daemon ]] && kill "$daemon" 2>/dev/null; rm -rf "$work"; }
+cleanup() { [[ -n $daemon ]] && kill "$daemon" 2>/dev/null; [[ -n ${KEEP:-} ]] || rm -rf "$work"; }
 trap cleanup EXIT
 
 echo "==> making a ${size_mb} MB sample dataset in $work/dataset"
@@ -26,7 +26,7 @@ rng = random.Random(2016)
 decades = [(7, 0), (1, 10), (59, 100), (317, 1_000), (156, 10_000), (281, 100_000), (39, 1_000_000), (4, 10_000_000)]
 sizes = [rng.randrange(lo, max(lo * 10, 10)) for n, lo in decades for _ in range(n)]
 scale = min(1.0, total / max(1, sum(sizes)))
-sizes = [int(s * scale) if s > 1_000_000 else s for s in sizes]
+sizes = [int(s * scale) if s > 100_000 else s for s in sizes]
 dirs = [os.path.join(root, f"run{i % 4}", f"step{i % 7:02d}", f"rank{i}") for i in range(21)]
 for d in dirs:
     os.makedirs(d, exist_ok=True)

@@ -237,7 +237,7 @@ impl ControlHalves {
         let conn = Arc::new(Mutex::new(conn));
         let closer_sock = sock.try_clone()?;
         Ok(Self {
-            reader: Box::new(TlsReadHalf { conn: conn.clone(), sock: sock.try_clone()?, buf: vec![0; 64 << 10] }),
+            reader: Box::new(TlsReadHalf { conn: conn.clone(), sock: sock.try_clone()?, buf: vec![0; 64 << 10], start: 0, end: 0 }),
             writer: Box::new(TlsWriteHalf { conn, sock, out: Vec::new() }),
             closer: Closer(Arc::new(move || {
                 let _ = closer_sock.shutdown(Shutdown::Both);
@@ -249,7 +249,11 @@ impl ControlHalves {
 struct TlsReadHalf {
     conn: Arc<Mutex<rustls::Connection>>,
     sock: TcpStream,
+    /// Socket bytes read but not yet handed to rustls: it accepts more only once the plaintext
+    /// it already decrypted has been read out (its received-plaintext buffer is bounded).
     buf: Vec<u8>,
+    start: usize,
+    end: usize,
 }
 
 impl Read for TlsReadHalf {
@@ -262,17 +266,21 @@ impl Read for TlsReadHalf {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) => return Err(e),
                 }
+                if self.start < self.end {
+                    let mut slice = &self.buf[self.start..self.end];
+                    let before = slice.len();
+                    conn.read_tls(&mut slice)?;
+                    self.start += before - slice.len();
+                    conn.process_new_packets().map_err(tls_err)?;
+                    continue;
+                }
             }
             let n = self.sock.read(&mut self.buf)?;
             if n == 0 {
                 return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "peer closed the connection"));
             }
-            let mut conn = self.conn.lock().unwrap();
-            let mut slice = &self.buf[..n];
-            while !slice.is_empty() {
-                conn.read_tls(&mut slice)?;
-                conn.process_new_packets().map_err(tls_err)?;
-            }
+            self.start = 0;
+            self.end = n;
         }
     }
 }
@@ -285,15 +293,25 @@ struct TlsWriteHalf {
 
 impl Write for TlsWriteHalf {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.out.clear();
-        {
-            let mut conn = self.conn.lock().unwrap();
-            conn.writer().write_all(buf)?;
-            while conn.wants_write() {
-                conn.write_tls(&mut self.out)?;
+        // rustls takes a bounded amount of plaintext at a time: encrypt what it accepts, send
+        // it (without holding the lock), repeat.
+        let mut done = 0;
+        while done < buf.len() {
+            self.out.clear();
+            let accepted = {
+                let mut conn = self.conn.lock().unwrap();
+                let n = conn.writer().write(&buf[done..])?;
+                while conn.wants_write() {
+                    conn.write_tls(&mut self.out)?;
+                }
+                n
+            };
+            if accepted == 0 && self.out.is_empty() {
+                return Err(io::Error::new(io::ErrorKind::WriteZero, "TLS layer accepted no data"));
             }
+            self.sock.write_all(&self.out)?;
+            done += accepted;
         }
-        self.sock.write_all(&self.out)?;
         Ok(buf.len())
     }
     fn flush(&mut self) -> io::Result<()> {

@@ -204,3 +204,25 @@ fn ipv6_daemon() {
     assert!(r.ok(), "{}", r.stderr());
     assert_same_tree(&src, &root.join("copy"));
 }
+
+#[test]
+fn big_manifest_batches_through_daemon_tls() {
+    // 600 entries with long names: one Entries message is far larger than rustls' 16 KiB
+    // received-plaintext buffer, which the split TLS reader must drain as it goes.
+    let t = scratch();
+    let src = t.path().join("src");
+    let long = "x".repeat(180);
+    for i in 0..600u64 {
+        write_file(&src.join(format!("dir-with-a-long-name-{}/{long}-{i:04}", i % 3)), i, 16);
+    }
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let d = Daemon::start(&root, &t.path().join("token"));
+    let r = tern(&["cp", "-r", "--retry-for", "0", src.to_str().unwrap(), &d.url("/copy"), "--token-file", &d.token_arg()], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_same_tree(&src, &root.join("copy"));
+    let back = t.path().join("back");
+    let r = tern(&["cp", "-r", "--retry-for", "0", &d.url("/copy"), back.to_str().unwrap(), "--token-file", &d.token_arg()], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_same_tree(&src, &back);
+}
