@@ -41,14 +41,7 @@ impl TransferError {
     /// A file-level I/O error with a hint chosen from the error kind.
     pub fn io(side: Side, path: impl Into<String>, what: &str, err: &io::Error) -> Self {
         let path = path.into();
-        Self::new(side, scope_of(err), Some(path), format!("{what}: {}{}", err_text(err), hint(side, err)))
-    }
-}
-
-fn scope_of(err: &io::Error) -> Scope {
-    match err.raw_os_error() {
-        Some(libc::ENOSPC) | Some(libc::EDQUOT) => Scope::File,
-        _ => Scope::File,
+        Self::new(side, Scope::File, Some(path), format!("{what}: {}{}", err_text(err), hint(side, err)))
     }
 }
 

@@ -48,7 +48,6 @@ struct Sink {
     tmp: Vec<u8>,
     final_name: Vec<u8>,
     journal_name: Vec<u8>,
-    display: String,
     size: u64,
     chunks: u64,
     mode: Option<u32>,
@@ -365,7 +364,7 @@ fn handle(ctx: &mut Ctx, ev: Event, spawn: &mut dyn FnMut(DataConn), root_cell: 
                 ctx.pending.push_front(id);
                 return Ok(());
             }
-            if matches!(message.as_str(), m if m.contains("No space left")) {
+            if message.contains("No space left") {
                 return Err(TransferError::fatal(Side::Destination, message));
             }
             ctx.writer.send(&Control::FileError { id, side: Side::Destination, message: message.clone() })?;
@@ -486,7 +485,7 @@ fn entry(ctx: &mut Ctx, e: Entry, root_cell: &OnceLock<PathBuf>) -> Result<(), T
     ctx.keep.insert(rel.clone());
     let display = match &ctx.root {
         Some(r) => r.display(&rel),
-        None => ctx.layout.as_ref().unwrap().root.join(std::ffi::OsStr::from_bytes_lossy(&rel)).display().to_string(),
+        None => ctx.layout.as_ref().unwrap().root.join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&rel)).display().to_string(),
     };
     if e.kind == EntryKind::File {
         Progress::add(&p.progress.files_total, 1);
@@ -545,15 +544,6 @@ fn entry(ctx: &mut Ctx, e: Entry, root_cell: &OnceLock<PathBuf>) -> Result<(), T
         }
     }
     Ok(())
-}
-
-trait LossyOs {
-    fn from_bytes_lossy(b: &[u8]) -> &std::ffi::OsStr;
-}
-impl LossyOs for std::ffi::OsStr {
-    fn from_bytes_lossy(b: &[u8]) -> &std::ffi::OsStr {
-        std::os::unix::ffi::OsStrExt::from_bytes(b)
-    }
 }
 
 /// Whether the destination already holds this file (size and mtime, or content hash).
@@ -668,7 +658,6 @@ fn prepare(ctx: &mut Ctx, id: u64) -> Result<Vec<(u64, u32)>, TransferError> {
         tmp,
         final_name: name.to_vec(),
         journal_name: jname,
-        display,
         size: e.size,
         chunks,
         mode: preserve.then_some(e.mode),
@@ -976,6 +965,5 @@ fn prepare_final(sink: &Sink, verify_full: bool, chunk_size: u32, expected: &[u8
         }
     }
     fsops::set_meta(file, sink.mode, sink.mtime).map_err(|e| io("cannot set mode/mtime", e))?;
-    let _ = &sink.display;
     Ok(())
 }

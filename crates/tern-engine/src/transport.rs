@@ -105,23 +105,12 @@ impl Closer {
 impl Stream {
     /// TLS client handshake on a connected socket; returns the stream and its exporter value.
     pub fn tls_client(sock: TcpStream) -> io::Result<(Self, [u8; 32])> {
-        let name = ServerName::try_from("tern").unwrap();
-        let mut conn = ClientConnection::new(client_config(), name).map_err(tls_err)?;
-        let mut sock = sock;
-        while conn.is_handshaking() {
-            conn.complete_io(&mut sock)?;
-        }
-        let exporter = export(&conn)?;
+        let (conn, sock, exporter) = client_handshake(sock)?;
         Ok((Stream::TlsClient(Box::new(StreamOwned::new(conn, sock))), exporter))
     }
 
     pub fn tls_server(sock: TcpStream) -> io::Result<(Self, [u8; 32])> {
-        let mut conn = ServerConnection::new(server_config()).map_err(tls_err)?;
-        let mut sock = sock;
-        while conn.is_handshaking() {
-            conn.complete_io(&mut sock)?;
-        }
-        let exporter = export(&conn)?;
+        let (conn, sock, exporter) = server_handshake(sock)?;
         Ok((Stream::TlsServer(Box::new(StreamOwned::new(conn, sock))), exporter))
     }
 
@@ -321,24 +310,33 @@ impl Write for TlsWriteHalf {
 
 /// Completes a TLS handshake on a socket and returns the split control halves and the exporter.
 pub fn tls_control_client(sock: TcpStream) -> io::Result<(ControlHalves, [u8; 32])> {
-    let name = ServerName::try_from("tern").unwrap();
-    let mut conn = ClientConnection::new(client_config(), name).map_err(tls_err)?;
-    let mut s = sock;
-    while conn.is_handshaking() {
-        conn.complete_io(&mut s)?;
-    }
-    let exp = export(&conn)?;
-    Ok((ControlHalves::from_tls(rustls::Connection::Client(conn), s)?, exp))
+    let (conn, sock, exporter) = client_handshake(sock)?;
+    Ok((ControlHalves::from_tls(rustls::Connection::Client(conn), sock)?, exporter))
 }
 
 pub fn tls_control_server(sock: TcpStream) -> io::Result<(ControlHalves, [u8; 32])> {
-    let mut conn = ServerConnection::new(server_config()).map_err(tls_err)?;
-    let mut s = sock;
+    let (conn, sock, exporter) = server_handshake(sock)?;
+    Ok((ControlHalves::from_tls(rustls::Connection::Server(conn), sock)?, exporter))
+}
+
+/// A completed TLS 1.3 client handshake on `sock`, with the session's exporter value.
+fn client_handshake(mut sock: TcpStream) -> io::Result<(ClientConnection, TcpStream, [u8; 32])> {
+    let name = ServerName::try_from("tern").unwrap();
+    let mut conn = ClientConnection::new(client_config(), name).map_err(tls_err)?;
     while conn.is_handshaking() {
-        conn.complete_io(&mut s)?;
+        conn.complete_io(&mut sock)?;
     }
-    let exp = export(&conn)?;
-    Ok((ControlHalves::from_tls(rustls::Connection::Server(conn), s)?, exp))
+    let exporter = export(&conn)?;
+    Ok((conn, sock, exporter))
+}
+
+fn server_handshake(mut sock: TcpStream) -> io::Result<(ServerConnection, TcpStream, [u8; 32])> {
+    let mut conn = ServerConnection::new(server_config()).map_err(tls_err)?;
+    while conn.is_handshaking() {
+        conn.complete_io(&mut sock)?;
+    }
+    let exporter = export(&conn)?;
+    Ok((conn, sock, exporter))
 }
 
 /// Fresh random bytes from the OS.
