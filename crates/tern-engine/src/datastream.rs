@@ -145,6 +145,16 @@ impl PendingStream {
     }
 }
 
+/// Finishes several pending streams at once. Each finish waits a round trip for the
+/// connector's go-ahead; one after another, eight streams cost eight round trips (0.5 s on a
+/// 68 ms path) before any data moves.
+pub fn finish_all(pending: Vec<PendingStream>, auth: &StreamAuth) -> io::Result<Vec<DataConn>> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = pending.into_iter().map(|p| s.spawn(move || p.finish(auth))).collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(io::Error::other("data stream setup panicked")))).collect()
+    })
+}
+
 fn bad(e: impl std::fmt::Display) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e.to_string())
 }

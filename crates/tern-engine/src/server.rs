@@ -168,19 +168,22 @@ pub fn serve_session(
             handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(TransferError::network("stream setup panicked")))).collect::<Result<Vec<_>, _>>()
         })?;
     }
+    let mut pending = Vec::new();
     for _ in conns.len()..options.streams as usize {
-        let pending = streams.recv_timeout(Duration::from_secs(30)).map_err(|_| TransferError::network("the client did not open its data streams within 30 s (a firewall between the hosts? try --reverse)"))?;
-        match pending.finish(&auth) {
-            Ok(c) => conns.push(c),
-            Err(e) => return Err(TransferError::network(format!("data stream: {e}"))),
-        }
+        pending.push(streams.recv_timeout(Duration::from_secs(30)).map_err(|_| TransferError::network("the client did not open its data streams within 30 s (a firewall between the hosts? try --reverse)"))?);
     }
-    let forward = move |add: Box<dyn Fn(DataConn) + Send>| {
+    conns.extend(crate::datastream::finish_all(pending, &auth).map_err(|e| TransferError::network(format!("data stream: {e}")))?);
+    let forward = move |add: Box<dyn Fn(DataConn) + Send + Sync>| {
         thread::spawn(move || {
+            let add = Arc::new(add);
             for pending in streams.iter() {
-                if let Ok(c) = pending.finish(&auth) {
-                    add(c);
-                }
+                // Each finish waits a round trip for the connector's go-ahead: not in line.
+                let (auth, add) = (auth.clone(), add.clone());
+                thread::spawn(move || {
+                    if let Ok(c) = pending.finish(&auth) {
+                        add(c);
+                    }
+                });
             }
         });
     };

@@ -261,24 +261,45 @@ fn run_remote(
     run_local_role(spec, *options, progress, memory, rate, reader, writer, conns, Some(Box::new(opener)), push)
 }
 
-/// `--reverse`: the remote side connects to our listener.
+/// `--reverse`: the remote side connects to our listener. Each stream's TLS handshake and
+/// go-ahead take round trips, so streams are set up side by side, not one after another.
 fn accept_reverse(listener: &std::net::TcpListener, auth: &StreamAuth, n: u16) -> Result<Vec<DataConn>, TransferError> {
     listener.set_nonblocking(true).map_err(crate::control::net_err)?;
     let deadline = Instant::now() + Duration::from_secs(30);
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let mut accepted = 0;
     let mut conns = Vec::new();
     while conns.len() < n as usize {
-        match listener.accept() {
-            Ok((sock, _)) => {
-                sock.set_nonblocking(false).map_err(crate::control::net_err)?;
-                let mut kind = [0u8; 1];
-                (&sock).read_exact(&mut kind).map_err(crate::control::net_err)?;
-                let pending = crate::datastream::accept_stream(sock, kind[0]).map_err(|e| TransferError::network(format!("--reverse data stream: {e}")))?;
-                conns.push(pending.finish(auth).map_err(|e| TransferError::network(format!("--reverse data stream: {e}")))?);
+        if accepted < n {
+            match listener.accept() {
+                Ok((sock, _)) => {
+                    accepted += 1;
+                    let (tx, auth) = (tx.clone(), auth.clone());
+                    thread::spawn(move || {
+                        let setup = || -> std::io::Result<DataConn> {
+                            sock.set_nonblocking(false)?;
+                            let mut kind = [0u8; 1];
+                            (&sock).read_exact(&mut kind)?;
+                            crate::datastream::accept_stream(sock, kind[0])?.finish(&auth)
+                        };
+                        let _ = tx.send(setup());
+                    });
+                    continue;
+                }
+                Err(e) if e.kind() != std::io::ErrorKind::WouldBlock => {
+                    return Err(TransferError::network(format!("--reverse: cannot accept the remote side's connection: {e}")));
+                }
+                Err(_) => {}
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => thread::sleep(Duration::from_millis(10)),
-            Err(e) => return Err(TransferError::network(format!("--reverse: the remote side did not connect back: {e} (is our port reachable from it?)"))),
+        }
+        match rx.recv_timeout(Duration::from_millis(10)) {
+            Ok(Ok(c)) => conns.push(c),
+            Ok(Err(e)) => return Err(TransferError::network(format!("--reverse data stream: {e}"))),
+            Err(_) if Instant::now() < deadline => {}
+            Err(_) => return Err(TransferError::network("--reverse: the remote side did not connect back within 30 s (is our port reachable from it?)")),
         }
     }
+    conns.sort_by_key(|c| c.index);
     Ok(conns)
 }
 
