@@ -50,36 +50,63 @@ pub struct StreamAuth {
 
 /// The connecting side: TLS (or not), then `DataHello` and the acceptor's proof.
 pub fn connect_stream(sock: TcpStream, auth: &StreamAuth, index: u32, bufsize: Option<usize>) -> io::Result<DataConn> {
+    preconnect(sock, auth.encrypt, bufsize)?.introduce(auth, index)
+}
+
+/// A data connection with its TCP and TLS handshakes done that has not named its session yet.
+/// Made while the control channel still authenticates, so those round trips overlap.
+pub struct Preconnected {
+    sock: TcpStream,
+    stream: Stream,
+    exporter: [u8; 32],
+    encrypt: bool,
+}
+
+pub fn preconnect(sock: TcpStream, encrypt: bool, bufsize: Option<usize>) -> io::Result<Preconnected> {
     tune_socket(&sock, bufsize);
     sock.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let kind = [if auth.encrypt { b'D' } else { b'P' }];
-    (&sock).write_all(&kind)?;
-    let (mut stream, exporter) = if auth.encrypt { Stream::tls_client(sock.try_clone()?)? } else { (Stream::Tcp(sock.try_clone()?), [0u8; 32]) };
-    let nonce = random::<32>();
-    let proof = stream_proof(&auth.session_key, Party::Client, &auth.session_id, index, &nonce, &exporter);
-    stream.write_all(&DataHello { session_id: auth.session_id, stream: index, nonce, proof }.encode())?;
-    stream.flush()?;
-    let mut head = [0u8; HEADER_LEN];
-    stream.read_exact(&mut head)?;
-    let h = FrameHeader::parse(head, 64).map_err(bad)?;
-    if h.frame_type != DATA_ACCEPT || h.body_len != 32 {
-        return Err(bad("unexpected reply to data stream hello"));
+    (&sock).write_all(&[if encrypt { b'D' } else { b'P' }])?;
+    let (stream, exporter) = if encrypt { Stream::tls_client(sock.try_clone()?)? } else { (Stream::Tcp(sock.try_clone()?), [0u8; 32]) };
+    Ok(Preconnected { sock, stream, exporter, encrypt })
+}
+
+impl Preconnected {
+    pub fn peer_addr(&self) -> io::Result<std::net::SocketAddr> {
+        self.sock.peer_addr()
     }
-    let mut theirs = [0u8; 32];
-    stream.read_exact(&mut theirs)?;
-    let expect = stream_proof(&auth.session_key, Party::Server, &auth.session_id, index, &nonce, &exporter);
-    if !proofs_equal(&theirs, &expect) {
-        return Err(io::Error::new(io::ErrorKind::PermissionDenied, "data stream peer failed authentication"));
+
+    /// Names the session (`DataHello`) and checks the acceptor's proof.
+    pub fn introduce(self, auth: &StreamAuth, index: u32) -> io::Result<DataConn> {
+        let Preconnected { sock, mut stream, exporter, encrypt } = self;
+        if encrypt != auth.encrypt {
+            return Err(bad("data stream encryption does not match the session"));
+        }
+        let nonce = random::<32>();
+        let proof = stream_proof(&auth.session_key, Party::Client, &auth.session_id, index, &nonce, &exporter);
+        stream.write_all(&DataHello { session_id: auth.session_id, stream: index, nonce, proof }.encode())?;
+        stream.flush()?;
+        let mut head = [0u8; HEADER_LEN];
+        stream.read_exact(&mut head)?;
+        let h = FrameHeader::parse(head, 64).map_err(bad)?;
+        if h.frame_type != DATA_ACCEPT || h.body_len != 32 {
+            return Err(bad("unexpected reply to data stream hello"));
+        }
+        let mut theirs = [0u8; 32];
+        stream.read_exact(&mut theirs)?;
+        let expect = stream_proof(&auth.session_key, Party::Server, &auth.session_id, index, &nonce, &exporter);
+        if !proofs_equal(&theirs, &expect) {
+            return Err(io::Error::new(io::ErrorKind::PermissionDenied, "data stream peer failed authentication"));
+        }
+        let data_key = export_data_key(&stream, index)?;
+        drop(stream);
+        (&sock).write_all(&[GO])?;
+        sock.set_read_timeout(None)?;
+        let probe = sock.try_clone().ok();
+        let stream = Stream::Tcp(sock);
+        let closer = stream.closer();
+        let tag_key = (!auth.encrypt).then(|| stream_tag_key(&auth.session_key, &auth.session_id, index, &nonce));
+        Ok(DataConn { stream, index, tag_key, sealer: data_key.map(|k| Sealer::new(&k)), closer, probe })
     }
-    let data_key = export_data_key(&stream, index)?;
-    drop(stream);
-    (&sock).write_all(&[GO])?;
-    sock.set_read_timeout(None)?;
-    let probe = sock.try_clone().ok();
-    let stream = Stream::Tcp(sock);
-    let closer = stream.closer();
-    let tag_key = (!auth.encrypt).then(|| stream_tag_key(&auth.session_key, &auth.session_id, index, &nonce));
-    Ok(DataConn { stream, index, tag_key, sealer: data_key.map(|k| Sealer::new(&k)), closer, probe })
 }
 
 /// A data stream after the acceptor read its kind byte and (for TLS) completed the handshake,

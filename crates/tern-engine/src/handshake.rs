@@ -23,13 +23,22 @@ fn expect_hello(m: Control) -> Result<u16, TransferError> {
 
 /// Client side. `exporter` is the TLS exporter value of the control channel (zeros over ssh).
 /// Returns the session key and the round-trip time of the first authentication exchange.
-pub fn client(r: &mut CtrlReader, w: &CtrlWriter, key: &[u8; 32], exporter: &[u8; 32], peer: &str) -> Result<([u8; 32], std::time::Duration), TransferError> {
-    w.send(&hello())?;
-    expect_hello(r.recv()?)?;
-    // Timed here, not at the hello: over ssh the first answer waits for the login.
-    let started = std::time::Instant::now();
+///
+/// `pipelined` sends the hello and the first authentication message in one flight, saving a
+/// round trip; the returned time is then meaningless (the caller timed its TCP connect
+/// instead). Over ssh the exchanges stay apart: the first answer waits for the login, and the
+/// second one is the only clean round-trip sample there is.
+pub fn client(r: &mut CtrlReader, w: &CtrlWriter, key: &[u8; 32], exporter: &[u8; 32], peer: &str, pipelined: bool) -> Result<([u8; 32], std::time::Duration), TransferError> {
     let nc = random::<32>();
-    w.send(&Control::Auth { nonce: nc, proof: [0; 32] })?;
+    w.send(&hello())?;
+    if pipelined {
+        w.send(&Control::Auth { nonce: nc, proof: [0; 32] })?;
+    }
+    expect_hello(r.recv()?)?;
+    let started = std::time::Instant::now();
+    if !pipelined {
+        w.send(&Control::Auth { nonce: nc, proof: [0; 32] })?;
+    }
     let reply = r.recv()?;
     let rtt = started.elapsed();
     let (ns, proof) = match reply {

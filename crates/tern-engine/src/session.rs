@@ -15,7 +15,7 @@ use tern_proto::msg::{Role, Summary};
 use tern_proto::{Control, Options};
 
 use crate::control::{CtrlReader, CtrlWriter};
-use crate::datastream::{DataConn, StreamAuth, connect_stream};
+use crate::datastream::{DataConn, Preconnected, StreamAuth, connect_stream};
 use crate::endpoint::Endpoint;
 use crate::error::{Scope, Side, TransferError};
 use crate::progress::Progress;
@@ -138,10 +138,10 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
             let mut reader = CtrlReader::new(conn.stdout.take().unwrap());
             let writer = Arc::new(CtrlWriter::new(conn.stdin.take().unwrap()));
             let r = (|| {
-                let (session_key, rtt) = crate::handshake::client(&mut reader, &writer, &key, &[0; 32], host)?;
+                let (session_key, rtt) = crate::handshake::client(&mut reader, &writer, &key, &[0; 32], host, false)?;
                 initial_streams(spec, &mut options, rtt);
                 let data_host = ssh_host_name(host);
-                run_remote(spec, &mut options, progress, memory, rate, reader, writer, session_key, push, path, &data_host, reverse.as_ref())
+                run_remote(spec, &mut options, progress, memory, rate, reader, writer, session_key, push, path, &data_host, reverse.as_ref(), Vec::new())
             })();
             r.map_err(|e| conn.explain(e))
         }
@@ -149,15 +149,19 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
             let token = read_token(spec)?;
             let key = tern_proto::auth::token_key(&token);
             let addr = format!("{}:{port}", bracket(host));
+            let connecting = Instant::now();
             let sock = connect(&addr)?;
+            // The TCP handshake is one clean round trip: enough to choose the stream count now
+            // and open the data streams while the control channel still authenticates.
+            initial_streams(spec, &mut options, connecting.elapsed());
+            let preconnected = preconnect_streams(&sock, options.streams, !options.no_encrypt(), spec.bufsize);
             tune_socket(&sock, None);
             (&sock).write_all(b"C").map_err(crate::control::net_err)?;
             let (halves, exporter) = tls_control_client(sock).map_err(|e| TransferError::network(format!("{addr}: TLS handshake failed: {e}")))?;
             let mut reader = CtrlReader::new(halves.reader);
             let writer = Arc::new(CtrlWriter::new(halves.writer));
-            let (session_key, rtt) = crate::handshake::client(&mut reader, &writer, &key, &exporter, &format!("the daemon at {addr}"))?;
-            initial_streams(spec, &mut options, rtt);
-            run_remote(spec, &mut options, progress, memory, rate, reader, writer, session_key, push, path, &bracket(host), None)
+            let (session_key, _) = crate::handshake::client(&mut reader, &writer, &key, &exporter, &format!("the daemon at {addr}"), true)?;
+            run_remote(spec, &mut options, progress, memory, rate, reader, writer, session_key, push, path, &bracket(host), None, preconnected)
         }
     }
 }
@@ -221,6 +225,7 @@ fn run_remote(
     remote_path: &str,
     data_host: &str,
     reverse: Option<&std::net::TcpListener>,
+    preconnected: Vec<thread::JoinHandle<std::io::Result<Preconnected>>>,
 ) -> Result<Summary, TransferError> {
     let (role, sources, destination) = if push {
         let srcs = spec.sources.iter().map(|s| s.path_str().into_bytes()).collect();
@@ -247,18 +252,46 @@ fn run_remote(
         None => return Err(TransferError::fatal(Side::Network, "the server reported no data address")),
     };
     let bufsize = spec.bufsize;
+    let (addr_for_pre, auth_for_pre) = (data_addr.clone(), auth.clone());
     let open = &move |i: u32| -> Result<DataConn, TransferError> {
         let sock = connect(&data_addr)?;
         connect_stream(sock, &auth, i, bufsize).map_err(|e| TransferError::network(format!("data stream to {data_addr}: {e}")))
     };
+    // Streams opened during the handshake are used if they reached the data address (a daemon
+    // takes data on its control port); the rest are opened now.
+    let target: Vec<_> = addr_for_pre.to_socket_addrs().map(|a| a.collect()).unwrap_or_default();
+    let preconnected: Vec<Preconnected> =
+        preconnected.into_iter().filter_map(|h| h.join().ok()?.ok()).filter(|p| p.peer_addr().is_ok_and(|a| target.contains(&a))).collect();
     // In parallel: each stream costs a TCP and a TLS handshake, three round trips on a WAN.
     let conns = thread::scope(|s| {
-        let handles: Vec<_> = (0..options.streams as u32).map(|i| s.spawn(move || open(i))).collect();
+        let (auth, data_addr) = (&auth_for_pre, &addr_for_pre);
+        let mut handles = Vec::new();
+        let mut preconnected = preconnected.into_iter();
+        for i in 0..options.streams as u32 {
+            handles.push(match preconnected.next() {
+                Some(p) => s.spawn(move || p.introduce(auth, i).map_err(|e| TransferError::network(format!("data stream to {data_addr}: {e}")))),
+                None => s.spawn(move || open(i)),
+            });
+        }
         handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(TransferError::network("stream setup panicked")))).collect::<Result<Vec<_>, _>>()
     })?;
     let open = open.clone();
     let opener = move |i: u32| open(i).ok();
     run_local_role(spec, *options, progress, memory, rate, reader, writer, conns, Some(Box::new(opener)), push)
+}
+
+/// Starts the TCP and TLS handshakes of `n` data streams to the peer of `control` (a daemon's
+/// one port) on their own threads; `run_remote` picks them up once the session exists.
+fn preconnect_streams(control: &TcpStream, n: u16, encrypt: bool, bufsize: Option<usize>) -> Vec<thread::JoinHandle<std::io::Result<Preconnected>>> {
+    let Ok(peer) = control.peer_addr() else { return Vec::new() };
+    (0..n)
+        .map(|_| {
+            thread::spawn(move || {
+                let sock = TcpStream::connect_timeout(&peer, Duration::from_secs(10))?;
+                crate::datastream::preconnect(sock, encrypt, bufsize)
+            })
+        })
+        .collect()
 }
 
 /// `--reverse`: the remote side connects to our listener. Each stream's TLS handshake and
