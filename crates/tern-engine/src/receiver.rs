@@ -582,23 +582,27 @@ fn plan_entry(ctx: &mut Ctx, e: Entry, rel: Vec<u8>) -> Result<(), TransferError
 
 /// Issues wants while the window has room.
 fn issue_wants(ctx: &mut Ctx) -> Result<(), TransferError> {
-    let mut wants = Vec::new();
-    while ctx.outstanding_files < ctx.p.window_files && ctx.outstanding_bytes < ctx.p.window_bytes && wants.len() < 1024 {
-        let Some(id) = ctx.pending.pop_front() else { break };
-        match prepare(ctx, id) {
-            Ok(ranges) => wants.push(WantFile { id, ranges }),
-            Err(err) => {
-                let msg = err.message.clone();
-                ctx.p.progress.error(err);
-                ctx.writer.send(&Control::FileError { id, side: Side::Destination, message: msg })?;
-                mark_done(ctx, id, false);
+    // Fill the whole window now, in messages of at most 1024 files: waiting for the next event
+    // between messages would let a path with many small files run dry.
+    loop {
+        let mut wants = Vec::new();
+        while ctx.outstanding_files < ctx.p.window_files && ctx.outstanding_bytes < ctx.p.window_bytes && wants.len() < 1024 {
+            let Some(id) = ctx.pending.pop_front() else { break };
+            match prepare(ctx, id) {
+                Ok(ranges) => wants.push(WantFile { id, ranges }),
+                Err(err) => {
+                    let msg = err.message.clone();
+                    ctx.p.progress.error(err);
+                    ctx.writer.send(&Control::FileError { id, side: Side::Destination, message: msg })?;
+                    mark_done(ctx, id, false);
+                }
             }
         }
-    }
-    if !wants.is_empty() {
+        if wants.is_empty() {
+            return Ok(());
+        }
         ctx.writer.send(&Control::Want(wants))?;
     }
-    Ok(())
 }
 
 /// Sets up the sink of a file and works out which chunks to ask for, resuming from its journal.

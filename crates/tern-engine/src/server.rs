@@ -205,7 +205,7 @@ pub fn serve_session(
                 options,
                 progress,
                 window_bytes: crate::session::WINDOW_BYTES,
-                window_files: if options.concurrency > 0 { options.concurrency as usize } else { crate::session::WINDOW_FILES },
+                window_files: if options.concurrency > 0 { options.concurrency as usize } else { crate::session::window_files() },
             };
             receiving.run(reader, writer, conns, params)
         }

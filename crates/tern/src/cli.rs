@@ -94,7 +94,7 @@ struct Common {
     /// Parallel TCP data streams (default: start at 8 and add while throughput grows).
     #[arg(long)]
     streams: Option<u16>,
-    /// Files in flight at once (default 2048; the receiver also caps wanted bytes at 512 MiB).
+    /// Files in flight at once (default 16384, or half the descriptor limit; the receiver also caps wanted bytes at 512 MiB).
     #[arg(long)]
     concurrency: Option<u32>,
     /// Chunk size for striping and verification, e.g. 4M.
