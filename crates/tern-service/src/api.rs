@@ -68,7 +68,13 @@ impl IntoResponse for ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         tracing::error!("{e}");
-        Self(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+        // Locked or full: the request changed nothing and can be made again as is.
+        let code = match e {
+            StoreError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
+            StoreError::Full(_) => StatusCode::INSUFFICIENT_STORAGE,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        Self(code, e.to_string())
     }
 }
 

@@ -1,10 +1,11 @@
-//! tern's managed transfer service (issue 4): durable jobs in SQLite, run as child `tern`
+//! tern's managed transfer service (issue 4): durable jobs in SQLite or PostgreSQL, run as child `tern`
 //! processes, driven through an HTTPS JSON API with scoped, hashed tokens. See
 //! `docs/service.md`.
 
 pub mod api;
 pub mod client;
 pub mod model;
+pub mod pg;
 pub mod runner;
 pub mod sqlite;
 pub mod store;
@@ -28,6 +29,8 @@ use crate::store::{JobStore, NewToken};
 pub struct ServiceConfig {
     pub state_dir: PathBuf,
     pub http_listen: String,
+    /// `postgres://...`, or None for SQLite in the state directory.
+    pub db: Option<String>,
     pub runner: RunnerConfig,
 }
 
@@ -53,12 +56,15 @@ pub fn start(cfg: ServiceConfig) -> Result<Started, String> {
     let dir = &cfg.state_dir;
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| format!("cannot create state directory {}: {e}", dir.display()))?;
     let lock = lock_state_dir(dir)?;
-    let store: Arc<dyn JobStore> = Arc::new(sqlite::SqliteStore::open(&dir.join("jobs.db")).map_err(|e| e.to_string())?);
+    let store: Arc<dyn JobStore> = store::open(cfg.db.as_deref(), dir).map_err(|e| e.to_string())?;
     let admin_token_file = first_admin_token(store.as_ref(), dir)?;
     let recovered = store.recover_interrupted(now()).map_err(|e| e.to_string())?;
     if recovered > 0 {
         tracing::warn!("re-queued {recovered} job(s) that were running when the service stopped; they resume from their journals");
     }
+    // Read here, outside the runtime: store calls block (PostgreSQL's client would refuse to
+    // run inside an async context).
+    let pending = store.pending_notifications().map_err(|e| e.to_string())?;
     let tls_config = tls::load_or_create(dir)?;
     let listener = std::net::TcpListener::bind(&cfg.http_listen).map_err(|e| format!("cannot listen on {} for HTTPS: {e}", cfg.http_listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
@@ -84,10 +90,8 @@ pub fn start(cfg: ServiceConfig) -> Result<Started, String> {
                 let runner = Runner::new(store.clone(), cfg.runner.clone(), Box::new(move |j| od(j)));
                 tokio::spawn(runner.clone().run());
                 // Notifications that were pending when the service last stopped.
-                if let Ok(pending) = store.pending_notifications() {
-                    for j in pending {
-                        on_done(j);
-                    }
+                for j in pending {
+                    on_done(j);
                 }
                 let state = api::AppState::new(store, runner, on_done);
                 tls::serve(listener, tls_config, api::router(state)).await;

@@ -2,6 +2,8 @@
 //! SQLite file, real child transfers, the real CLI; kill -9 and restart; a bounded load test.
 
 mod common;
+#[path = "../../tern-service/tests/support/pg.rs"]
+mod pg;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -487,4 +489,77 @@ fn service_retries_network_failures_with_backoff_and_keeps_permanent_reasons() {
     assert!(code == 0 && out.contains("queued"), "{out} {err}");
     assert_eq!(s.cli(&admin, &["wait", &missing.to_string()]).0, 1);
     assert_eq!(job(&c, missing)["attempts"], 1);
+}
+
+#[test]
+fn service_on_postgres_runs_a_job_and_keeps_it_across_a_restart() {
+    let Some(pg) = pg::Postgres::start() else { return };
+    let url = pg.create_db("tern");
+    let t = scratch();
+    let mut s = Service::start(t.path(), &[], &["--db", &url]);
+    let admin = s.admin();
+    let src = t.path().join("src");
+    small_tree(&src);
+    let dst = t.path().join("dst");
+    let id = submit(&s, &admin, &[src.to_str().unwrap(), dst.to_str().unwrap(), "--label", "pg"]);
+    let (code, _, err) = s.cli(&admin, &["wait", &id.to_string()]);
+    assert_eq!(code, 0, "wait: {err}");
+    assert_same_tree(&src, &dst);
+    // Nothing of the job store went to the state directory's SQLite file.
+    assert!(!s.state.join("jobs.db").exists(), "--db postgres:// must not create jobs.db");
+    // The job, and the admin token, live in PostgreSQL: a restarted service still has both.
+    s.kill9();
+    s.spawn();
+    let (code, out, err) = s.cli(&admin, &["status", &id.to_string(), "--json"]);
+    assert_eq!(code, 0, "status after restart: {err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((v["state"].as_str(), v["spec"]["label"].as_str(), v["summary"]["files"].as_u64()), (Some("succeeded"), Some("pg"), Some(20)), "{v}");
+    let rows = pg.psql("tern").args(["-A", "-t", "-c", "SELECT state FROM jobs ORDER BY id"]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&rows.stdout).trim(), "succeeded");
+}
+
+#[test]
+fn service_answers_503_while_its_sqlite_database_is_locked_and_loses_nothing() {
+    let t = scratch();
+    let s = Service::start(t.path(), &[("TERN_FAULT_DELAY_MS", "20")], &[]);
+    let admin = s.admin();
+    let c = s.client(&admin);
+    // ~2.6 s to send (128 chunks, 20 ms each): still running when the lock is taken.
+    write_file(&t.path().join("src/big"), 5, 8 << 20);
+    let src = t.path().join("src");
+    // A job that is running when the lock is taken finishes while it is held: its outcome
+    // must be recorded once the lock is gone, not dropped.
+    let running = submit(&s, &admin, &[src.to_str().unwrap(), t.path().join("dst1").to_str().unwrap(), "--chunk-size", "64K", "--streams", "1"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while job(&c, running)["state"] != "running" {
+        assert!(Instant::now() < deadline, "job never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Someone else (a backup, the sqlite3 CLI) holds the write lock.
+    let other = rusqlite::Connection::open(s.state.join("jobs.db")).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE; UPDATE tokens SET name = name;").unwrap();
+    let held = Instant::now();
+    let e = c.call("POST", "/v1/jobs", Some(&json!({"src": src.to_str().unwrap(), "dst": t.path().join("dst2").to_str().unwrap()}))).expect_err("submit while locked");
+    assert_eq!(e.status, 503, "{e}");
+    assert!(e.message.contains("locked") && e.message.contains("try again"), "{e}");
+    eprintln!("while locked: HTTP {} {}", e.status, e.message);
+    // Reads still work (WAL): the queue is visible while writes wait.
+    let list = c.call("GET", "/v1/jobs", None).unwrap();
+    assert_eq!(list["jobs"].as_array().map(Vec::len).or_else(|| list.as_array().map(Vec::len)), Some(1), "{list}");
+    std::thread::sleep(Duration::from_secs(8).saturating_sub(held.elapsed()));
+    other.execute_batch("ROLLBACK").unwrap();
+    drop(other);
+    let (code, _, err) = s.cli(&admin, &["wait", &running.to_string()]);
+    assert_eq!(code, 0, "the job that ended during the lock: {err}");
+    assert_same_tree(&src, &t.path().join("dst1"));
+    // The refused submit left nothing behind; a new one goes through.
+    let id2 = submit(&s, &admin, &[src.to_str().unwrap(), t.path().join("dst2").to_str().unwrap()]);
+    assert_eq!(s.cli(&admin, &["wait", &id2.to_string()]).0, 0);
+    let (code, out, _) = s.cli(&admin, &["jobs", "--json"]);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let jobs = v.as_array().cloned().or_else(|| v["jobs"].as_array().cloned()).unwrap();
+    let ids: Vec<u64> = jobs.iter().map(|j| j["id"].as_u64().unwrap()).collect();
+    assert_eq!(ids, vec![id2, running], "exactly the two accepted jobs, nothing lost or duplicated");
+    assert!(jobs.iter().all(|j| j["state"] == "succeeded"), "{v}");
 }
