@@ -4,7 +4,9 @@
 
 pub mod api;
 pub mod client;
+pub mod mail;
 pub mod model;
+pub mod notify;
 pub mod pg;
 pub mod runner;
 pub mod sqlite;
@@ -31,6 +33,9 @@ pub struct ServiceConfig {
     pub http_listen: String,
     /// `postgres://...`, or None for SQLite in the state directory.
     pub db: Option<String>,
+    /// SMTP relay `HOST:PORT` for `mailto:` notifications, and the sender address.
+    pub smtp: Option<String>,
+    pub smtp_from: Option<String>,
     pub runner: RunnerConfig,
 }
 
@@ -66,6 +71,8 @@ pub fn start(cfg: ServiceConfig) -> Result<Started, String> {
     // run inside an async context).
     let pending = store.pending_notifications().map_err(|e| e.to_string())?;
     let tls_config = tls::load_or_create(dir)?;
+    let mailer = cfg.smtp.as_deref().map(|relay| mail::Mailer::new(relay, cfg.smtp_from.as_deref())).transpose()?.map(Arc::new);
+    let mail_enabled = mailer.is_some();
     let listener = std::net::TcpListener::bind(&cfg.http_listen).map_err(|e| format!("cannot listen on {} for HTTPS: {e}", cfg.http_listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     listener.set_nonblocking(true).map_err(|e| e.to_string())?;
@@ -83,7 +90,7 @@ pub fn start(cfg: ServiceConfig) -> Result<Started, String> {
                 let notify_store = store.clone();
                 let on_done: Arc<dyn Fn(Job) + Send + Sync> = Arc::new(move |job: Job| {
                     if job.spec.notify.is_some() && !job.notified {
-                        tokio::spawn(webhook::deliver(notify_store.clone(), job));
+                        tokio::spawn(notify::deliver(notify_store.clone(), mailer.clone(), job));
                     }
                 });
                 let od = on_done.clone();
@@ -93,7 +100,7 @@ pub fn start(cfg: ServiceConfig) -> Result<Started, String> {
                 for j in pending {
                     on_done(j);
                 }
-                let state = api::AppState::new(store, runner, on_done);
+                let state = api::AppState::new(store, runner, on_done).with_mail(mail_enabled);
                 tls::serve(listener, tls_config, api::router(state)).await;
             });
         })

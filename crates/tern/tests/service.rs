@@ -563,3 +563,92 @@ fn service_answers_503_while_its_sqlite_database_is_locked_and_loses_nothing() {
     assert_eq!(ids, vec![id2, running], "exactly the two accepted jobs, nothing lost or duplicated");
     assert!(jobs.iter().all(|j| j["state"] == "succeeded"), "{v}");
 }
+
+/// A real SMTP server (Debian's python3-aiosmtpd) that stores what it receives in a Maildir;
+/// killed by PID on drop. `None` (with a note) where aiosmtpd is not installed.
+struct SmtpSink {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl SmtpSink {
+    fn start(dir: &Path, port: u16) -> Option<Self> {
+        let ok = Command::new("/usr/bin/python3").args(["-c", "import aiosmtpd"]).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!("SKIP: no aiosmtpd (apt-get install python3-aiosmtpd; scripts/test.sh does)");
+            return None;
+        }
+        let child = Command::new("/usr/bin/python3")
+            .args(["-m", "aiosmtpd", "-n", "-l", &format!("127.0.0.1:{port}"), "-c", "aiosmtpd.handlers.Mailbox"])
+            .arg(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut sink = SmtpSink { child, dir: dir.to_path_buf() };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(sink.child.try_wait().unwrap().is_none(), "aiosmtpd exited at start");
+            assert!(Instant::now() < deadline, "aiosmtpd did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(sink)
+    }
+
+    /// Every message received so far, as text.
+    fn messages(&self) -> Vec<String> {
+        let Ok(rd) = std::fs::read_dir(self.dir.join("new")) else { return Vec::new() };
+        rd.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok()).collect()
+    }
+}
+
+impl Drop for SmtpSink {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn service_mails_job_outcomes_over_smtp_retried_and_kept_across_a_restart() {
+    let t = scratch();
+    let smtp_port = free_port();
+    let relay = format!("127.0.0.1:{smtp_port}");
+    let mut s = Service::start(t.path(), &[], &["--smtp", &relay, "--smtp-from", "tern@dtn.test", "--max-attempts", "1"]);
+    let admin = s.admin();
+    let src = t.path().join("src");
+    small_tree(&src);
+    // Refused at submit, with what to write instead.
+    let (code, _, err) = s.cli(&admin, &["submit", src.to_str().unwrap(), "/tmp/x", "--notify", "mailto:not an address"]);
+    assert!(code != 0 && err.contains("not an email address"), "{err}");
+    let ok = submit(&s, &admin, &[src.to_str().unwrap(), t.path().join("dst").to_str().unwrap(), "--label", "run42", "--notify", "mailto:alice@example.org"]);
+    let bad = submit(&s, &admin, &[t.path().join("missing").to_str().unwrap(), t.path().join("dst2").to_str().unwrap(), "--notify", "mailto:bob@example.org"]);
+    assert_eq!(s.cli(&admin, &["wait", &ok.to_string()]).0, 0);
+    assert_eq!(s.cli(&admin, &["wait", &bad.to_string()]).0, 1);
+    // The relay is down: the first tries fail. Then the service dies before a later try.
+    std::thread::sleep(Duration::from_millis(1500));
+    s.kill9();
+    let Some(sink) = SmtpSink::start(&t.path().join("maildir"), smtp_port) else { return };
+    assert!(sink.messages().is_empty());
+    // The restarted service sends what was still pending.
+    s.spawn();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sink.messages().len() < 2 {
+        assert!(Instant::now() < deadline, "mails did not arrive: {:?}", sink.messages());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let msgs = sink.messages();
+    let find = |to: &str| msgs.iter().find(|m| m.contains(&format!("To: {to}"))).unwrap_or_else(|| panic!("no mail to {to}: {msgs:?}")).clone();
+    let a = find("alice@example.org");
+    assert!(a.contains(&format!("Subject: tern job {ok} succeeded (run42)")), "{a}");
+    assert!(a.contains("From: tern@dtn.test") && a.contains(&format!("Job {ok} succeeded.")) && a.contains("files: 20 transferred, 0 failed"), "{a}");
+    let b = find("bob@example.org");
+    assert!(b.contains(&format!("Subject: tern job {bad} failed")) && b.contains("What went wrong:") && b.contains("missing"), "{b}");
+    // Delivered once each, and recorded: nothing pending any more.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(sink.messages().len(), 2, "{:?}", sink.messages());
+    let c = s.client(&admin);
+    assert_eq!(job(&c, ok)["notified"], true);
+    assert_eq!(job(&c, bad)["notified"], true);
+}
