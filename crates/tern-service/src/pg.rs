@@ -21,7 +21,7 @@ use crate::store::{JobStore, NewToken, StoreError, StoreResult};
 
 /// Applied in order inside one transaction; `tern_schema.version` records how many ran.
 /// Never edit a shipped one: add the next file instead (and its SQLite twin).
-const MIGRATIONS: &[&str] = &[include_str!("../migrations/postgres/0001_init.sql")];
+const MIGRATIONS: &[&str] = &[include_str!("../migrations/postgres/0001_init.sql"), include_str!("../migrations/postgres/0002_fair_share.sql")];
 
 /// Serialises migrations of several services starting against one database.
 const MIGRATION_LOCK: i64 = 0x7465_726e_0001;
@@ -203,13 +203,19 @@ impl JobStore for PgStore {
     }
 
     fn claim_next(&self, now: i64) -> StoreResult<Option<Job>> {
-        // FIFO by id. SKIP LOCKED: a job another service is claiming this instant is not
-        // waited for (several services may share one database).
+        // Fair share between owners, as in SqliteStore::claim_next. SKIP LOCKED: a job another
+        // service is claiming this instant is passed over for the next one in fair order.
         let row = self.with(|c| {
             c.query_opt(
                 &format!(
-                    "UPDATE jobs SET state = 'running', attempts = attempts + 1, started_at = $1, updated_at = $1, progress = NULL
-                     WHERE id = (SELECT id FROM jobs WHERE state IN ('queued','retrying') AND not_before <= $1 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
+                    "UPDATE jobs SET state = 'running', attempts = attempts + 1, started_at = $1, updated_at = $1, progress = NULL,
+                                     claim_seq = (SELECT COALESCE(MAX(claim_seq), 0) + 1 FROM jobs)
+                     WHERE id = (
+                       SELECT j.id FROM jobs j WHERE j.state IN ('queued','retrying') AND j.not_before <= $1
+                       ORDER BY (SELECT COUNT(*) FROM jobs r WHERE r.state = 'running' AND r.owner IS NOT DISTINCT FROM j.owner),
+                                (SELECT COALESCE(MAX(claim_seq), 0) FROM jobs s WHERE s.owner IS NOT DISTINCT FROM j.owner),
+                                j.id
+                       LIMIT 1 FOR UPDATE OF j SKIP LOCKED)
                      RETURNING {JOB_COLUMNS}"
                 ),
                 &[&now],

@@ -1,4 +1,4 @@
-//! Runs jobs: a FIFO scheduler under `max_jobs`, and one supervisor per attempt that drives a
+//! Runs jobs: a scheduler under `max_jobs` (the store's claim picks fairly between owners), and one supervisor per attempt that drives a
 //! child `tern cp|sync --json --progress-json` (same binary) and records how it ended.
 //!
 //! A child process, not an in-process transfer: a crash or hang of a transfer cannot take the
@@ -97,7 +97,7 @@ impl Runner {
         }
     }
 
-    /// The scheduler: forever, start the oldest runnable jobs while fewer than `max_jobs` run.
+    /// The scheduler: forever, start runnable jobs (fair by owner) while fewer than `max_jobs` run.
     pub async fn run(self: Arc<Self>) {
         loop {
             while self.running_count() < self.cfg.max_jobs {

@@ -15,7 +15,7 @@ use crate::store::{JobStore, NewToken, StoreError, StoreResult};
 
 /// Applied in order; `PRAGMA user_version` records how many ran. Never edit a shipped one: add
 /// the next file instead.
-const MIGRATIONS: &[&str] = &[include_str!("../migrations/sqlite/0001_init.sql")];
+const MIGRATIONS: &[&str] = &[include_str!("../migrations/sqlite/0001_init.sql"), include_str!("../migrations/sqlite/0002_fair_share.sql")];
 
 const JOB_COLUMNS: &str = "id, state, spec, owner, created_at, updated_at, started_at, finished_at, not_before, attempts, retries, progress, summary, error, notified";
 const TOKEN_COLUMNS: &str = "id, name, scope, path_prefix, created_by, created_at, expires_at, revoked_at, last_used_at";
@@ -168,11 +168,20 @@ impl JobStore for SqliteStore {
     }
 
     fn claim_next(&self, now: i64) -> StoreResult<Option<Job>> {
+        // Fair share between owners (tokens): the owner with the fewest running jobs, then the
+        // one whose last job was claimed longest ago, then the oldest job; each owner's own
+        // jobs stay FIFO. See docs/service.md.
         let c = self.lock();
         c.query_row(
             &format!(
-                "UPDATE jobs SET state = 'running', attempts = attempts + 1, started_at = ?1, updated_at = ?1, progress = NULL
-                 WHERE id = (SELECT id FROM jobs WHERE state IN ('queued','retrying') AND not_before <= ?1 ORDER BY id LIMIT 1)
+                "UPDATE jobs SET state = 'running', attempts = attempts + 1, started_at = ?1, updated_at = ?1, progress = NULL,
+                                 claim_seq = (SELECT COALESCE(MAX(claim_seq), 0) + 1 FROM jobs)
+                 WHERE id = (
+                   SELECT j.id FROM jobs j WHERE j.state IN ('queued','retrying') AND j.not_before <= ?1
+                   ORDER BY (SELECT COUNT(*) FROM jobs r WHERE r.state = 'running' AND r.owner IS j.owner),
+                            (SELECT COALESCE(MAX(claim_seq), 0) FROM jobs s WHERE s.owner IS j.owner),
+                            j.id
+                   LIMIT 1)
                  RETURNING {JOB_COLUMNS}"
             ),
             [now],

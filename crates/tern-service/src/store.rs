@@ -62,8 +62,9 @@ pub trait JobStore: Send + Sync + 'static {
     fn get_job(&self, id: i64) -> StoreResult<Option<Job>>;
     /// Newest first; `owner` restricts to one token's jobs.
     fn list_jobs(&self, state: Option<JobState>, owner: Option<&str>, limit: u32) -> StoreResult<Vec<Job>>;
-    /// The oldest runnable job (queued, or retrying with its backoff over) becomes `running`,
-    /// with one more attempt counted. FIFO by id.
+    /// A runnable job (queued, or retrying with its backoff over) becomes `running`, with one
+    /// more attempt counted. Fair between owners: the owner with the fewest running jobs,
+    /// then the one claimed from longest ago, then the oldest job (FIFO within an owner).
     fn claim_next(&self, now: i64) -> StoreResult<Option<Job>>;
     /// Moves `id` to `to` only if it is in one of `from`; false if it was not.
     fn transition(&self, id: i64, from: &[JobState], to: JobState, now: i64) -> StoreResult<bool>;

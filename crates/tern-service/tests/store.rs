@@ -173,8 +173,40 @@ fn concurrent_claims_never_double_claim(b: &dyn Backend) {
     assert_eq!((before, ids.len()), (n, n), "each job claimed exactly once");
 }
 
+/// Owners (tokens) share the run slots: the owner with fewer running jobs goes first, then
+/// the one served longest ago; one owner's jobs stay in submission order.
+fn claims_share_slots_fairly_between_owners(b: &dyn Backend) {
+    let s = b.open("fair");
+    let a: Vec<i64> = (0..4).map(|_| s.insert_job(&spec(false), Some("alice"), 1).unwrap().id).collect();
+    let bo: Vec<i64> = (0..2).map(|_| s.insert_job(&spec(false), Some("bob"), 1).unwrap().id).collect();
+    let claim = || s.claim_next(2).unwrap().unwrap().id;
+    let done = |id: i64| assert!(s.finish_attempt(id, JobState::Succeeded, None, None, 0, 3).unwrap());
+    // Two slots: alice's oldest, then bob's (he has nothing running) although alice was first.
+    let (x, y) = (claim(), claim());
+    assert_eq!((x, y), (a[0], bo[0]), "FIFO would have started alice's second job");
+    done(x);
+    let z = claim();
+    assert_eq!(z, a[1]);
+    done(y);
+    assert_eq!(claim(), bo[1], "bob's turn again: alice has one running, he has none");
+    done(z);
+    assert_eq!(claim(), a[2]);
+    assert_eq!(claim(), a[3], "with only alice waiting, she gets every free slot");
+    // One slot (serial): strict alternation by who was served longest ago.
+    let s = b.open("fair_serial");
+    let a: Vec<i64> = (0..3).map(|_| s.insert_job(&spec(false), Some("alice"), 1).unwrap().id).collect();
+    let bo: Vec<i64> = (0..2).map(|_| s.insert_job(&spec(false), Some("bob"), 1).unwrap().id).collect();
+    let mut order = Vec::new();
+    while let Some(j) = s.claim_next(2).unwrap() {
+        order.push(j.id);
+        assert!(s.finish_attempt(j.id, JobState::Succeeded, None, None, 0, 3).unwrap());
+    }
+    assert_eq!(order, vec![a[0], bo[0], a[1], bo[1], a[2]]);
+}
+
 fn run_suite(b: &dyn Backend) {
-    let checks: &[(&str, fn(&dyn Backend))] = &[
+    type Check = fn(&dyn Backend);
+    let checks: &[(&str, Check)] = &[
         ("claim_is_fifo_and_cas_protects_cancel", claim_is_fifo_and_cas_protects_cancel),
         ("reopening_recovers_running_jobs", reopening_recovers_running_jobs),
         ("retrying_jobs_wait_for_their_backoff", retrying_jobs_wait_for_their_backoff),
@@ -182,6 +214,7 @@ fn run_suite(b: &dyn Backend) {
         ("list_filters_newest_first", list_filters_newest_first),
         ("tokens_hashed_revoked_and_expiring", tokens_hashed_revoked_and_expiring),
         ("concurrent_claims_never_double_claim", concurrent_claims_never_double_claim),
+        ("claims_share_slots_fairly_between_owners", claims_share_slots_fairly_between_owners),
     ];
     for (name, check) in checks {
         let t = Instant::now();

@@ -31,7 +31,7 @@ pub struct ServeService {
     /// Sender address of notification mails [default: tern@HOSTNAME].
     #[arg(long, value_name = "ADDR", requires = "smtp")]
     smtp_from: Option<String>,
-    /// Transfers run at once; more wait in the queue (first in, first out).
+    /// Transfers run at once; more wait in the queue, shared fairly between tokens.
     #[arg(long, default_value = "4")]
     max_jobs: usize,
     /// Attempts per job when failures are transient (network), with exponential backoff.

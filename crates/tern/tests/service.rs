@@ -766,3 +766,48 @@ fn service_kill_9_during_a_2_gib_job_resumes_verified_and_resends_only_what_was_
     drop(s);
     drop(t); // 4 GiB of scratch on disk
 }
+
+/// `--max-jobs 2` and two owners: alice queues six jobs, then bob two. Slots are shared by
+/// owner (fewest running first, then longest since served), not by global FIFO: bob's jobs
+/// start while alice still has jobs waiting, and never more than two run at once.
+#[test]
+fn service_shares_run_slots_fairly_between_owners() {
+    let t = scratch();
+    // Each job: 16 chunks of 64 KiB, 80 ms each, ≈ 1.3 s.
+    let s = Service::start(t.path(), &[("TERN_FAULT_DELAY_MS", "80")], &["--max-jobs", "2"]);
+    let (alice, bob) = (s.token("transfer", &["--name", "alice"]), s.token("transfer", &["--name", "bob"]));
+    write_file(&t.path().join("src/f"), 11, 1 << 20);
+    let src = t.path().join("src");
+    let job_args = |i: usize| vec![src.to_str().unwrap().to_string(), t.path().join(format!("dst{i}")).to_str().unwrap().to_string(), "--chunk-size".into(), "64K".into(), "--streams".into(), "1".into()];
+    let sub = |tok: &str, i: usize| {
+        let a = job_args(i);
+        submit(&s, tok, &a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let a: Vec<u64> = (0..6).map(|i| sub(&alice, i)).collect();
+    let b: Vec<u64> = (6..8).map(|i| sub(&bob, i)).collect();
+    let c = s.client(&s.admin());
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut most = 0;
+    loop {
+        let list = c.call("GET", "/v1/jobs?limit=100", None).unwrap();
+        let jobs = list["jobs"].as_array().unwrap().clone();
+        let running = jobs.iter().filter(|j| j["state"] == "running").count();
+        most = most.max(running);
+        if jobs.iter().all(|j| j["state"] == "succeeded") {
+            break;
+        }
+        assert!(jobs.iter().all(|j| ["queued", "running", "succeeded"].contains(&j["state"].as_str().unwrap())), "{list}");
+        assert!(Instant::now() < deadline, "jobs did not finish: {list}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(most, 2, "--max-jobs 2: two at once, never more");
+    let started = |ids: &[u64]| ids.iter().map(|id| job(&c, *id)["started_at"].as_i64().unwrap()).collect::<Vec<_>>();
+    let (sa, sb) = (started(&a), started(&b));
+    eprintln!("measured: started_at (s) alice {sa:?}, bob {sb:?}");
+    // FIFO would start bob's jobs after all of alice's (≥ 1 s later than her last start).
+    assert!(sb.iter().max() < sa.iter().max(), "bob waited behind all of alice's jobs: alice {sa:?}, bob {sb:?}");
+    assert!(sb[0] <= sa[2] && sb[1] <= sa[4], "bob's jobs should start in the rounds after alice's first ones: alice {sa:?}, bob {sb:?}");
+    for i in 0..8 {
+        assert_same_tree(&src, &t.path().join(format!("dst{i}")));
+    }
+}
