@@ -811,3 +811,42 @@ fn service_shares_run_slots_fairly_between_owners() {
         assert_same_tree(&src, &t.path().join(format!("dst{i}")));
     }
 }
+
+/// docs/examples/slurm-transfer.sh, its body run with bash (no Slurm needed) against a real
+/// service: the batch job's exit status is the transfer's.
+#[test]
+fn slurm_example_script_exits_with_the_transfer_outcome() {
+    let t = scratch();
+    let s = Service::start(t.path(), &[], &["--max-attempts", "1"]);
+    let token = s.token("transfer", &["--name", "batch", "--expires", "180d"]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples/slurm-transfer.sh");
+    let src = t.path().join("run42");
+    small_tree(&src);
+    let run = |src: &Path, dst: &Path, token: &str| {
+        let mut cmd = Command::new("bash");
+        cmd.arg(&script)
+            .env("TERN", tern_bin())
+            .env("TERN_SERVER", s.url())
+            .env("TERN_TOKEN", token)
+            .env("TERN_CA_FILE", s.ca())
+            .env("SRC", src)
+            .env("DST", dst)
+            .env("SLURM_JOB_ID", "4242")
+            .env("WAIT_TIMEOUT", "120")
+            .stdin(Stdio::null());
+        let out = run_bounded(cmd, Duration::from_secs(150));
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    std::fs::create_dir(t.path().join("archive")).unwrap();
+    let dst = t.path().join("archive/run42");
+    let (code, err) = run(&src, &dst, &token);
+    assert_eq!(code, Some(0), "a transfer that succeeded: {err} {}", s.cli(&s.admin(), &["jobs", "--json"]).1);
+    assert_same_tree(&src, &dst);
+    let (code, err) = run(&t.path().join("no-such-run"), &t.path().join("archive/x"), &token);
+    assert_eq!(code, Some(1), "a transfer that failed must fail the batch job: {err}");
+    let (code, err) = run(&src, &t.path().join("archive/y"), "tern_0000_bad");
+    assert_eq!(code, Some(2), "a refused submit (bad token) must fail the batch job too: {err}");
+    let (_, out, _) = s.cli(&s.admin(), &["jobs", "--json"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert!(v["jobs"].as_array().unwrap().iter().all(|j| j["spec"]["label"] == "4242"), "labelled with the batch job id: {v}");
+}
