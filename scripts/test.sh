@@ -12,6 +12,10 @@ command -v ssh >/dev/null || need+=(openssh-client)
 command -v ssh-keygen >/dev/null || need+=(openssh-client)
 command -v setpriv >/dev/null || need+=(util-linux)
 command -v mount >/dev/null || need+=(mount)
+# The service's store tests start a real PostgreSQL server (initdb + postgres, as nobody).
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
+# ... and a real SMTP server (aiosmtpd, Debian's python3) to receive notification mails.
+/usr/bin/python3 -c 'import aiosmtpd' 2>/dev/null || need+=(python3-aiosmtpd)
 if ((${#need[@]})); then
   if [[ $EUID -eq 0 ]]; then
     echo "test.sh: installing ${need[*]}"

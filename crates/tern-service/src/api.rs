@@ -39,13 +39,20 @@ pub struct AppState {
     /// When each token's `last_used_at` was last written: at most once a minute per token.
     touched: Mutex<HashMap<String, i64>>,
     pub on_done: Arc<dyn Fn(Job) + Send + Sync>,
+    /// A mail relay is configured (`--smtp`): `mailto:` notifications are accepted.
+    mail: std::sync::atomic::AtomicBool,
 }
 
 type S = Arc<AppState>;
 
 impl AppState {
     pub fn new(store: Arc<dyn JobStore>, runner: Arc<Runner>, on_done: Arc<dyn Fn(Job) + Send + Sync>) -> S {
-        Arc::new(Self { store, runner, http: Mutex::default(), touched: Mutex::default(), on_done })
+        Arc::new(Self { store, runner, http: Mutex::default(), touched: Mutex::default(), on_done, mail: Default::default() })
+    }
+
+    pub fn with_mail(self: S, on: bool) -> S {
+        self.mail.store(on, std::sync::atomic::Ordering::Relaxed);
+        self
     }
 }
 
@@ -68,7 +75,13 @@ impl IntoResponse for ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         tracing::error!("{e}");
-        Self(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+        // Locked or full: the request changed nothing and can be made again as is.
+        let code = match e {
+            StoreError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
+            StoreError::Full(_) => StatusCode::INSUFFICIENT_STORAGE,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        Self(code, e.to_string())
     }
 }
 
@@ -248,6 +261,9 @@ async fn submit(State(st): State<S>, auth: Auth, body: Result<Json<JobSpec>, Jso
     auth.require(Scope::Transfer)?;
     let Json(spec) = body?;
     spec.validate().map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, m))?;
+    if spec.notify.as_deref().is_some_and(|n| n.starts_with("mailto:")) && !st.mail.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(ApiError::new(StatusCode::BAD_REQUEST, "notify mailto: needs a mail relay, and this service has none (start tern serve with --smtp HOST:PORT), or use an https:// webhook"));
+    }
     if spec.options.ssh.is_some() {
         auth.require(Scope::Admin).map_err(|_| ApiError::new(StatusCode::FORBIDDEN, "options.ssh names a command the service runs; it needs an admin token"))?;
     }

@@ -1,10 +1,13 @@
-//! tern's managed transfer service (issue 4): durable jobs in SQLite, run as child `tern`
+//! tern's managed transfer service (issue 4): durable jobs in SQLite or PostgreSQL, run as child `tern`
 //! processes, driven through an HTTPS JSON API with scoped, hashed tokens. See
 //! `docs/service.md`.
 
 pub mod api;
 pub mod client;
+pub mod mail;
 pub mod model;
+pub mod notify;
+pub mod pg;
 pub mod runner;
 pub mod sqlite;
 pub mod store;
@@ -28,6 +31,11 @@ use crate::store::{JobStore, NewToken};
 pub struct ServiceConfig {
     pub state_dir: PathBuf,
     pub http_listen: String,
+    /// `postgres://...`, or None for SQLite in the state directory.
+    pub db: Option<String>,
+    /// SMTP relay `HOST:PORT` for `mailto:` notifications, and the sender address.
+    pub smtp: Option<String>,
+    pub smtp_from: Option<String>,
     pub runner: RunnerConfig,
 }
 
@@ -53,13 +61,18 @@ pub fn start(cfg: ServiceConfig) -> Result<Started, String> {
     let dir = &cfg.state_dir;
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| format!("cannot create state directory {}: {e}", dir.display()))?;
     let lock = lock_state_dir(dir)?;
-    let store: Arc<dyn JobStore> = Arc::new(sqlite::SqliteStore::open(&dir.join("jobs.db")).map_err(|e| e.to_string())?);
+    let store: Arc<dyn JobStore> = store::open(cfg.db.as_deref(), dir).map_err(|e| e.to_string())?;
     let admin_token_file = first_admin_token(store.as_ref(), dir)?;
     let recovered = store.recover_interrupted(now()).map_err(|e| e.to_string())?;
     if recovered > 0 {
         tracing::warn!("re-queued {recovered} job(s) that were running when the service stopped; they resume from their journals");
     }
+    // Read here, outside the runtime: store calls block (PostgreSQL's client would refuse to
+    // run inside an async context).
+    let pending = store.pending_notifications().map_err(|e| e.to_string())?;
     let tls_config = tls::load_or_create(dir)?;
+    let mailer = cfg.smtp.as_deref().map(|relay| mail::Mailer::new(relay, cfg.smtp_from.as_deref())).transpose()?.map(Arc::new);
+    let mail_enabled = mailer.is_some();
     let listener = std::net::TcpListener::bind(&cfg.http_listen).map_err(|e| format!("cannot listen on {} for HTTPS: {e}", cfg.http_listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     listener.set_nonblocking(true).map_err(|e| e.to_string())?;
@@ -77,19 +90,17 @@ pub fn start(cfg: ServiceConfig) -> Result<Started, String> {
                 let notify_store = store.clone();
                 let on_done: Arc<dyn Fn(Job) + Send + Sync> = Arc::new(move |job: Job| {
                     if job.spec.notify.is_some() && !job.notified {
-                        tokio::spawn(webhook::deliver(notify_store.clone(), job));
+                        tokio::spawn(notify::deliver(notify_store.clone(), mailer.clone(), job));
                     }
                 });
                 let od = on_done.clone();
                 let runner = Runner::new(store.clone(), cfg.runner.clone(), Box::new(move |j| od(j)));
                 tokio::spawn(runner.clone().run());
                 // Notifications that were pending when the service last stopped.
-                if let Ok(pending) = store.pending_notifications() {
-                    for j in pending {
-                        on_done(j);
-                    }
+                for j in pending {
+                    on_done(j);
                 }
-                let state = api::AppState::new(store, runner, on_done);
+                let state = api::AppState::new(store, runner, on_done).with_mail(mail_enabled);
                 tls::serve(listener, tls_config, api::router(state)).await;
             });
         })

@@ -161,8 +161,12 @@ impl JobSpec {
         }
         if let Some(n) = &self.notify {
             check_text("notify", n, 2048)?;
-            if !(n.starts_with("https://") || n.starts_with("http://")) {
-                return Err(format!("notify '{n}' must be an http:// or https:// URL"));
+            if let Some(addr) = n.strip_prefix("mailto:") {
+                if !crate::mail::valid_address(addr) {
+                    return Err(format!("notify '{n}': '{addr}' is not an email address (mailto:user@example.org)"));
+                }
+            } else if !(n.starts_with("https://") || n.starts_with("http://")) {
+                return Err(format!("notify '{n}' must be an http:// or https:// URL or mailto:ADDRESS"));
             }
         }
         let o = &self.options;

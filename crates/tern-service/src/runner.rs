@@ -1,4 +1,4 @@
-//! Runs jobs: a FIFO scheduler under `max_jobs`, and one supervisor per attempt that drives a
+//! Runs jobs: a scheduler under `max_jobs` (the store's claim picks fairly between owners), and one supervisor per attempt that drives a
 //! child `tern cp|sync --json --progress-json` (same binary) and records how it ended.
 //!
 //! A child process, not an in-process transfer: a crash or hang of a transfer cannot take the
@@ -97,7 +97,7 @@ impl Runner {
         }
     }
 
-    /// The scheduler: forever, start the oldest runnable jobs while fewer than `max_jobs` run.
+    /// The scheduler: forever, start runnable jobs (fair by owner) while fewer than `max_jobs` run.
     pub async fn run(self: Arc<Self>) {
         loop {
             while self.running_count() < self.cfg.max_jobs {
@@ -130,10 +130,10 @@ impl Runner {
         }
         let attempt = self.attempt(&job).await;
         let (state, error, not_before) = self.classify(&job, &attempt);
-        let store = self.store.clone();
         let (id, summary) = (job.id, attempt.summary.clone());
         let err = error.clone();
-        let result = blocking(move || store.finish_attempt(id, state, summary.as_ref(), err.as_deref(), not_before, now())).await;
+        let store = self.store.clone();
+        let result = persist(&format!("job {id}: recording the outcome"), move || store.finish_attempt(id, state, summary.as_ref(), err.as_deref(), not_before, now())).await;
         match result {
             Ok(true) => tracing::info!("job {id}: attempt {} ended {}{}", job.attempts, state.as_str(), error.map(|e| format!(": {e}")).unwrap_or_default()),
             Ok(false) => tracing::info!("job {id}: attempt ended after the job was canceled"),
@@ -293,6 +293,25 @@ fn kill_group(pid: u32) {
     // SAFETY: plain syscall; a stale pid group at worst gets ESRCH.
     unsafe {
         libc::kill(-(pid as i32), libc::SIGKILL);
+    }
+}
+
+/// A store call that must not be lost (a job's outcome): retried while the database is
+/// locked, full or unreachable, with backoff up to 10 s, until it lands. The job keeps its
+/// running slot meanwhile, and a restart would re-queue it, so nothing is dropped either way.
+async fn persist<T: Send + 'static>(what: &str, f: impl Fn() -> Result<T, StoreError> + Send + Sync + 'static) -> Result<T, StoreError> {
+    let f = Arc::new(f);
+    let mut delay = Duration::from_millis(250);
+    loop {
+        let g = f.clone();
+        match blocking(move || g()).await {
+            Err(e) if e.is_transient() => {
+                tracing::warn!("{what}: {e}; trying again in {delay:?}");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
+            r => return r,
+        }
     }
 }
 

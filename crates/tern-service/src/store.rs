@@ -1,4 +1,4 @@
-//! Everything the service persists, behind one trait so a PostgreSQL store can join SQLite.
+//! Everything the service persists, behind one trait: `SqliteStore` (default) and `PgStore`.
 //!
 //! The trait is synchronous: SQLite is a blocking library whichever crate wraps it, and the
 //! service calls it through `tokio::task::spawn_blocking`. Every state change is a
@@ -11,8 +11,15 @@ use crate::model::{Job, JobSpec, JobState, Scope, TokenInfo, Totals};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("job database: {0} (check the state directory's free space and permissions)")]
+    #[error("job database: {0}")]
     Db(String),
+    /// Locked by someone else (another process holding a write lock, a long transaction)
+    /// past the wait: nothing was changed, the same request can simply be made again.
+    #[error("job database is locked: {0}; nothing was changed, try again shortly (or end whatever holds the lock)")]
+    Busy(String),
+    /// Out of space: nothing was changed.
+    #[error("job database is full: {0}; nothing was changed, free space on the database's disk and try again")]
+    Full(String),
     #[error("job database is at schema version {found}, newer than this tern knows ({known}); upgrade tern")]
     TooNew { found: i64, known: i64 },
     #[error("job database holds a record it cannot read: {0}")]
@@ -20,6 +27,24 @@ pub enum StoreError {
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
+
+impl StoreError {
+    /// Worth trying again later as is (the database will free up), as opposed to a bug or a
+    /// corrupt record.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Busy(_) | StoreError::Full(_)) || matches!(self, StoreError::Db(m) if m.contains("is the server running"))
+    }
+}
+
+/// Opens the store `--db` names: a `postgres://` / `postgresql://` URL, else the SQLite file
+/// `jobs.db` in the state directory.
+pub fn open(db: Option<&str>, state_dir: &std::path::Path) -> StoreResult<std::sync::Arc<dyn JobStore>> {
+    Ok(match db {
+        Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => std::sync::Arc::new(crate::pg::PgStore::open(url)?),
+        Some(other) => return Err(StoreError::Db(format!("--db '{other}' is not a postgres:// URL; leave --db out for SQLite in the state directory"))),
+        None => std::sync::Arc::new(crate::sqlite::SqliteStore::open(&state_dir.join("jobs.db"))?),
+    })
+}
 
 /// A new token's stored part: the hash, never the secret.
 pub struct NewToken<'a> {
@@ -37,8 +62,9 @@ pub trait JobStore: Send + Sync + 'static {
     fn get_job(&self, id: i64) -> StoreResult<Option<Job>>;
     /// Newest first; `owner` restricts to one token's jobs.
     fn list_jobs(&self, state: Option<JobState>, owner: Option<&str>, limit: u32) -> StoreResult<Vec<Job>>;
-    /// The oldest runnable job (queued, or retrying with its backoff over) becomes `running`,
-    /// with one more attempt counted. FIFO by id.
+    /// A runnable job (queued, or retrying with its backoff over) becomes `running`, with one
+    /// more attempt counted. Fair between owners: the owner with the fewest running jobs,
+    /// then the one claimed from longest ago, then the oldest job (FIFO within an owner).
     fn claim_next(&self, now: i64) -> StoreResult<Option<Job>>;
     /// Moves `id` to `to` only if it is in one of `from`; false if it was not.
     fn transition(&self, id: i64, from: &[JobState], to: JobState, now: i64) -> StoreResult<bool>;

@@ -22,7 +22,16 @@ pub struct ServeService {
     /// [default: $XDG_STATE_HOME/tern or ~/.local/state/tern].
     #[arg(long, env = "TERN_STATE_DIR", value_name = "DIR")]
     state_dir: Option<PathBuf>,
-    /// Transfers run at once; more wait in the queue (first in, first out).
+    /// The job database: a postgres://USER@HOST[:PORT]/DB URL [default: SQLite, STATE_DIR/jobs.db].
+    #[arg(long, env = "TERN_DB", value_name = "URL", hide_env_values = true)]
+    db: Option<String>,
+    /// Mail relay for `--notify mailto:ADDR`, e.g. localhost:25 (STARTTLS when it offers it).
+    #[arg(long, value_name = "HOST:PORT")]
+    smtp: Option<String>,
+    /// Sender address of notification mails [default: tern@HOSTNAME].
+    #[arg(long, value_name = "ADDR", requires = "smtp")]
+    smtp_from: Option<String>,
+    /// Transfers run at once; more wait in the queue, shared fairly between tokens.
     #[arg(long, default_value = "4")]
     max_jobs: usize,
     /// Attempts per job when failures are transient (network), with exponential backoff.
@@ -38,7 +47,7 @@ pub fn start(a: &ServeService) -> Result<()> {
     let Some(listen) = &a.http_listen else { return Ok(()) };
     let state_dir = a.state_dir.clone().unwrap_or_else(tern_service::default_state_dir);
     let runner = tern_service::runner_config(a.max_jobs, a.max_attempts, Duration::from_millis(a.retry_base_ms)).map_err(|e| anyhow!(e))?;
-    let started = tern_service::start(tern_service::ServiceConfig { state_dir: state_dir.clone(), http_listen: listen.clone(), runner }).map_err(|e| anyhow!(e))?;
+    let started = tern_service::start(tern_service::ServiceConfig { state_dir: state_dir.clone(), http_listen: listen.clone(), db: a.db.clone(), smtp: a.smtp.clone(), smtp_from: a.smtp_from.clone(), runner }).map_err(|e| anyhow!(e))?;
     eprintln!("tern serve: service API on https://{} (state in {}, certificate {})", started.addr, state_dir.display(), state_dir.join("tls/cert.pem").display());
     if let Some(p) = started.admin_token_file {
         eprintln!("tern serve: first start: admin token written to {} (export TERN_TOKEN=$(cat {}))", p.display(), p.display());
@@ -134,7 +143,7 @@ pub struct SubmitArgs {
     /// A name to recognise the job by.
     #[arg(long)]
     label: Option<String>,
-    /// POST the job as JSON to this URL when it ends.
+    /// When the job ends: POST it as JSON to this http(s) URL, or mail mailto:ADDR (service needs --smtp).
     #[arg(long)]
     notify: Option<String>,
     /// Passed to the transfer: parallel streams.

@@ -2,6 +2,8 @@
 //! SQLite file, real child transfers, the real CLI; kill -9 and restart; a bounded load test.
 
 mod common;
+#[path = "../../tern-service/tests/support/pg.rs"]
+mod pg;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -487,4 +489,364 @@ fn service_retries_network_failures_with_backoff_and_keeps_permanent_reasons() {
     assert!(code == 0 && out.contains("queued"), "{out} {err}");
     assert_eq!(s.cli(&admin, &["wait", &missing.to_string()]).0, 1);
     assert_eq!(job(&c, missing)["attempts"], 1);
+}
+
+#[test]
+fn service_on_postgres_runs_a_job_and_keeps_it_across_a_restart() {
+    let Some(pg) = pg::Postgres::start() else { return };
+    let url = pg.create_db("tern");
+    let t = scratch();
+    let mut s = Service::start(t.path(), &[], &["--db", &url]);
+    let admin = s.admin();
+    let src = t.path().join("src");
+    small_tree(&src);
+    let dst = t.path().join("dst");
+    let id = submit(&s, &admin, &[src.to_str().unwrap(), dst.to_str().unwrap(), "--label", "pg"]);
+    let (code, _, err) = s.cli(&admin, &["wait", &id.to_string()]);
+    assert_eq!(code, 0, "wait: {err}");
+    assert_same_tree(&src, &dst);
+    // Nothing of the job store went to the state directory's SQLite file.
+    assert!(!s.state.join("jobs.db").exists(), "--db postgres:// must not create jobs.db");
+    // The job, and the admin token, live in PostgreSQL: a restarted service still has both.
+    s.kill9();
+    s.spawn();
+    let (code, out, err) = s.cli(&admin, &["status", &id.to_string(), "--json"]);
+    assert_eq!(code, 0, "status after restart: {err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((v["state"].as_str(), v["spec"]["label"].as_str(), v["summary"]["files"].as_u64()), (Some("succeeded"), Some("pg"), Some(20)), "{v}");
+    let rows = pg.psql("tern").args(["-A", "-t", "-c", "SELECT state FROM jobs ORDER BY id"]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&rows.stdout).trim(), "succeeded");
+}
+
+#[test]
+fn service_answers_503_while_its_sqlite_database_is_locked_and_loses_nothing() {
+    let t = scratch();
+    let s = Service::start(t.path(), &[("TERN_FAULT_DELAY_MS", "20")], &[]);
+    let admin = s.admin();
+    let c = s.client(&admin);
+    // ~2.6 s to send (128 chunks, 20 ms each): still running when the lock is taken.
+    write_file(&t.path().join("src/big"), 5, 8 << 20);
+    let src = t.path().join("src");
+    // A job that is running when the lock is taken finishes while it is held: its outcome
+    // must be recorded once the lock is gone, not dropped.
+    let running = submit(&s, &admin, &[src.to_str().unwrap(), t.path().join("dst1").to_str().unwrap(), "--chunk-size", "64K", "--streams", "1"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while job(&c, running)["state"] != "running" {
+        assert!(Instant::now() < deadline, "job never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Someone else (a backup, the sqlite3 CLI) holds the write lock.
+    let other = rusqlite::Connection::open(s.state.join("jobs.db")).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE; UPDATE tokens SET name = name;").unwrap();
+    let held = Instant::now();
+    let e = c.call("POST", "/v1/jobs", Some(&json!({"src": src.to_str().unwrap(), "dst": t.path().join("dst2").to_str().unwrap()}))).expect_err("submit while locked");
+    assert_eq!(e.status, 503, "{e}");
+    assert!(e.message.contains("locked") && e.message.contains("try again"), "{e}");
+    eprintln!("while locked: HTTP {} {}", e.status, e.message);
+    // Reads still work (WAL): the queue is visible while writes wait.
+    let list = c.call("GET", "/v1/jobs", None).unwrap();
+    assert_eq!(list["jobs"].as_array().map(Vec::len).or_else(|| list.as_array().map(Vec::len)), Some(1), "{list}");
+    std::thread::sleep(Duration::from_secs(8).saturating_sub(held.elapsed()));
+    other.execute_batch("ROLLBACK").unwrap();
+    drop(other);
+    let (code, _, err) = s.cli(&admin, &["wait", &running.to_string()]);
+    assert_eq!(code, 0, "the job that ended during the lock: {err}");
+    assert_same_tree(&src, &t.path().join("dst1"));
+    // The refused submit left nothing behind; a new one goes through.
+    let id2 = submit(&s, &admin, &[src.to_str().unwrap(), t.path().join("dst2").to_str().unwrap()]);
+    assert_eq!(s.cli(&admin, &["wait", &id2.to_string()]).0, 0);
+    let (code, out, _) = s.cli(&admin, &["jobs", "--json"]);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let jobs = v.as_array().cloned().or_else(|| v["jobs"].as_array().cloned()).unwrap();
+    let ids: Vec<u64> = jobs.iter().map(|j| j["id"].as_u64().unwrap()).collect();
+    assert_eq!(ids, vec![id2, running], "exactly the two accepted jobs, nothing lost or duplicated");
+    assert!(jobs.iter().all(|j| j["state"] == "succeeded"), "{v}");
+}
+
+/// A real SMTP server (Debian's python3-aiosmtpd) that stores what it receives in a Maildir;
+/// killed by PID on drop. `None` (with a note) where aiosmtpd is not installed.
+struct SmtpSink {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl SmtpSink {
+    fn start(dir: &Path, port: u16) -> Option<Self> {
+        let ok = Command::new("/usr/bin/python3").args(["-c", "import aiosmtpd"]).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!("SKIP: no aiosmtpd (apt-get install python3-aiosmtpd; scripts/test.sh does)");
+            return None;
+        }
+        let child = Command::new("/usr/bin/python3")
+            .args(["-m", "aiosmtpd", "-n", "-l", &format!("127.0.0.1:{port}"), "-c", "aiosmtpd.handlers.Mailbox"])
+            .arg(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut sink = SmtpSink { child, dir: dir.to_path_buf() };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(sink.child.try_wait().unwrap().is_none(), "aiosmtpd exited at start");
+            assert!(Instant::now() < deadline, "aiosmtpd did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(sink)
+    }
+
+    /// Every message received so far, as text.
+    fn messages(&self) -> Vec<String> {
+        let Ok(rd) = std::fs::read_dir(self.dir.join("new")) else { return Vec::new() };
+        rd.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok()).collect()
+    }
+}
+
+impl Drop for SmtpSink {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn service_mails_job_outcomes_over_smtp_retried_and_kept_across_a_restart() {
+    let t = scratch();
+    let smtp_port = free_port();
+    let relay = format!("127.0.0.1:{smtp_port}");
+    let mut s = Service::start(t.path(), &[], &["--smtp", &relay, "--smtp-from", "tern@dtn.test", "--max-attempts", "1"]);
+    let admin = s.admin();
+    let src = t.path().join("src");
+    small_tree(&src);
+    // Refused at submit, with what to write instead.
+    let (code, _, err) = s.cli(&admin, &["submit", src.to_str().unwrap(), "/tmp/x", "--notify", "mailto:not an address"]);
+    assert!(code != 0 && err.contains("not an email address"), "{err}");
+    let ok = submit(&s, &admin, &[src.to_str().unwrap(), t.path().join("dst").to_str().unwrap(), "--label", "run42", "--notify", "mailto:alice@example.org"]);
+    let bad = submit(&s, &admin, &[t.path().join("missing").to_str().unwrap(), t.path().join("dst2").to_str().unwrap(), "--notify", "mailto:bob@example.org"]);
+    assert_eq!(s.cli(&admin, &["wait", &ok.to_string()]).0, 0);
+    assert_eq!(s.cli(&admin, &["wait", &bad.to_string()]).0, 1);
+    // The relay is down: the first tries fail. Then the service dies before a later try.
+    std::thread::sleep(Duration::from_millis(1500));
+    s.kill9();
+    let Some(sink) = SmtpSink::start(&t.path().join("maildir"), smtp_port) else { return };
+    assert!(sink.messages().is_empty());
+    // The restarted service sends what was still pending.
+    s.spawn();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sink.messages().len() < 2 {
+        assert!(Instant::now() < deadline, "mails did not arrive: {:?}", sink.messages());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let msgs = sink.messages();
+    let find = |to: &str| msgs.iter().find(|m| m.contains(&format!("To: {to}"))).unwrap_or_else(|| panic!("no mail to {to}: {msgs:?}")).clone();
+    let a = find("alice@example.org");
+    assert!(a.contains(&format!("Subject: tern job {ok} succeeded (run42)")), "{a}");
+    assert!(a.contains("From: tern@dtn.test") && a.contains(&format!("Job {ok} succeeded.")) && a.contains("files: 20 transferred, 0 failed"), "{a}");
+    let b = find("bob@example.org");
+    assert!(b.contains(&format!("Subject: tern job {bad} failed")) && b.contains("What went wrong:") && b.contains("missing"), "{b}");
+    // Delivered once each, and recorded: nothing pending any more.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(sink.messages().len(), 2, "{:?}", sink.messages());
+    let c = s.client(&admin);
+    assert_eq!(job(&c, ok)["notified"], true);
+    assert_eq!(job(&c, bad)["notified"], true);
+}
+
+/// Writes `len` deterministic incompressible bytes to `path` in 8 MiB pieces (never the whole
+/// file in memory); returns their SHA-256 (an independent check: the engine uses BLAKE3).
+fn write_big(path: &Path, seed: u64, len: u64) -> [u8; 32] {
+    use sha2::Digest;
+    use std::io::Write;
+    let mut xof = {
+        let mut h = blake3::Hasher::new();
+        h.update(&seed.to_le_bytes());
+        h.finalize_xof()
+    };
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut sha = sha2::Sha256::new();
+    let mut buf = vec![0u8; 8 << 20];
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(buf.len() as u64) as usize;
+        xof.fill(&mut buf[..n]);
+        sha.update(&buf[..n]);
+        f.write_all(&buf[..n]).unwrap();
+        left -= n as u64;
+    }
+    f.into_inner().unwrap().sync_all().unwrap();
+    sha.finalize().into()
+}
+
+fn sha256_file(path: &Path) -> [u8; 32] {
+    use sha2::Digest;
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).unwrap();
+    let mut sha = sha2::Sha256::new();
+    let mut buf = vec![0u8; 8 << 20];
+    loop {
+        let n = f.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        sha.update(&buf[..n]);
+    }
+    sha.finalize().into()
+}
+
+/// kill -9 of `tern serve` (service and receiving data daemon in one process) in the middle of
+/// a 2 GiB job, then a restart: the job resumes from the receiver's journal, lands
+/// byte-identical (SHA-256, computed here), and re-sends no more than was in flight at the kill.
+/// On /tmp (disk), not tmpfs: 4 GiB of scratch, deleted at the end.
+#[test]
+fn service_kill_9_during_a_2_gib_job_resumes_verified_and_resends_only_what_was_in_flight() {
+    let t = tempfile::Builder::new().prefix("tern-crash").tempdir_in("/tmp").unwrap();
+    let size: u64 = 2 << 30;
+    let (chunk, streams): (u64, u64) = (4 << 20, 4);
+    let src = t.path().join("big.bin");
+    let want = write_big(&src, 42, size);
+    let mut s = Service::start(t.path(), &[], &[]);
+    let admin = s.admin();
+    let c = s.client(&admin);
+    let url = format!("tern://127.0.0.1:{}/big.bin", s.data_port);
+    let id = submit(&s, &admin, &[src.to_str().unwrap(), &url, "--token-file", s.daemon_token.to_str().unwrap(), "--chunk-size", "4M", "--streams", &streams.to_string()]);
+    // Kill right after a fresh progress report past 30 %, so "sent before the kill" is known
+    // to within one poll (50 ms) of sending.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut last = 0u64;
+    let (sent_before, rate) = loop {
+        let j = job(&c, id);
+        assert!(j["state"] != "succeeded", "the job finished before the kill");
+        let b = j["progress"]["bytes"].as_u64().unwrap_or(0);
+        if b != last && b > size * 3 / 10 {
+            break (b, j["rate_bytes_per_s"].as_f64().unwrap_or(0.0));
+        }
+        last = b;
+        assert!(Instant::now() < deadline, "no progress: {j}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let killed_at = Instant::now();
+    s.kill9();
+    s.spawn();
+    let c = s.client(&admin);
+    let (code, _, err) = s.cli(&admin, &["wait", &id.to_string(), "--timeout", "300"]);
+    assert_eq!(code, 0, "the job after the restart: {err}");
+    let recovery = killed_at.elapsed();
+    let j = job(&c, id);
+    let dst = s.root.join("big.bin");
+    assert_eq!(std::fs::metadata(&dst).unwrap().len(), size);
+    assert!(sha256_file(&dst) == want, "the resumed copy differs from the source (SHA-256)");
+    let (sent_after, reused) = (j["summary"]["bytes"].as_u64().unwrap(), j["summary"]["bytes_skipped"].as_u64().unwrap());
+    // What the first attempt sent but the second could not reuse was sent twice. "Sent" is
+    // counted when a chunk is handed to the socket, so in flight at the kill is, per stream,
+    // what the kernel buffers on both ends (tcp_wmem + tcp_rmem maxima: loopback autotunes up
+    // to them) plus one chunk being verified and one being written at the receiver; plus what
+    // was sent between the progress report we read (≤ one 50 ms poll old) and the kill.
+    let resent = (sent_before + sent_after).saturating_sub(size);
+    let tcp_max = |f: &str| std::fs::read_to_string(f).ok().and_then(|v| v.split_whitespace().nth(2)?.parse::<u64>().ok()).unwrap_or(8 << 20);
+    let socket_buffers = tcp_max("/proc/sys/net/ipv4/tcp_wmem") + tcp_max("/proc/sys/net/ipv4/tcp_rmem");
+    let in_flight = streams * (socket_buffers + 2 * chunk) + (rate * 0.1) as u64;
+    eprintln!(
+        "measured: kill -9 of tern serve at {:.0} MiB of {} MiB sent; after restart reused {:.0} MiB verified, sent {:.0} MiB; re-sent {:.1} MiB (in-flight bound {} MiB = {streams} streams x ({} MiB socket buffers + 2 x {} MiB chunks) + 0.1 s at {:.0} MB/s); restart to verified completion {:.1} s",
+        sent_before as f64 / 1048576.0,
+        size >> 20,
+        reused as f64 / 1048576.0,
+        sent_after as f64 / 1048576.0,
+        resent as f64 / 1048576.0,
+        in_flight >> 20,
+        socket_buffers >> 20,
+        chunk >> 20,
+        rate / 1e6,
+        recovery.as_secs_f64()
+    );
+    assert_eq!(reused + sent_after, size, "{j}");
+    assert!(resent <= in_flight, "re-sent {resent} bytes, more than was in flight ({in_flight}): verified data was sent again");
+    assert!(reused >= sent_before.saturating_sub(in_flight), "reused only {reused} of the {sent_before} bytes sent before the kill");
+    assert_eq!(j["attempts"], 1, "the interrupted attempt does not count: {j}");
+    drop(s);
+    drop(t); // 4 GiB of scratch on disk
+}
+
+/// `--max-jobs 2` and two owners: alice queues six jobs, then bob two. Slots are shared by
+/// owner (fewest running first, then longest since served), not by global FIFO: bob's jobs
+/// start while alice still has jobs waiting, and never more than two run at once.
+#[test]
+fn service_shares_run_slots_fairly_between_owners() {
+    let t = scratch();
+    // Each job: 16 chunks of 64 KiB, 80 ms each, ≈ 1.3 s.
+    let s = Service::start(t.path(), &[("TERN_FAULT_DELAY_MS", "80")], &["--max-jobs", "2"]);
+    let (alice, bob) = (s.token("transfer", &["--name", "alice"]), s.token("transfer", &["--name", "bob"]));
+    write_file(&t.path().join("src/f"), 11, 1 << 20);
+    let src = t.path().join("src");
+    let job_args = |i: usize| vec![src.to_str().unwrap().to_string(), t.path().join(format!("dst{i}")).to_str().unwrap().to_string(), "--chunk-size".into(), "64K".into(), "--streams".into(), "1".into()];
+    let sub = |tok: &str, i: usize| {
+        let a = job_args(i);
+        submit(&s, tok, &a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let a: Vec<u64> = (0..6).map(|i| sub(&alice, i)).collect();
+    let b: Vec<u64> = (6..8).map(|i| sub(&bob, i)).collect();
+    let c = s.client(&s.admin());
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut most = 0;
+    loop {
+        let list = c.call("GET", "/v1/jobs?limit=100", None).unwrap();
+        let jobs = list["jobs"].as_array().unwrap().clone();
+        let running = jobs.iter().filter(|j| j["state"] == "running").count();
+        most = most.max(running);
+        if jobs.iter().all(|j| j["state"] == "succeeded") {
+            break;
+        }
+        assert!(jobs.iter().all(|j| ["queued", "running", "succeeded"].contains(&j["state"].as_str().unwrap())), "{list}");
+        assert!(Instant::now() < deadline, "jobs did not finish: {list}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(most, 2, "--max-jobs 2: two at once, never more");
+    let started = |ids: &[u64]| ids.iter().map(|id| job(&c, *id)["started_at"].as_i64().unwrap()).collect::<Vec<_>>();
+    let (sa, sb) = (started(&a), started(&b));
+    eprintln!("measured: started_at (s) alice {sa:?}, bob {sb:?}");
+    // FIFO would start bob's jobs after all of alice's (≥ 1 s later than her last start).
+    assert!(sb.iter().max() < sa.iter().max(), "bob waited behind all of alice's jobs: alice {sa:?}, bob {sb:?}");
+    assert!(sb[0] <= sa[2] && sb[1] <= sa[4], "bob's jobs should start in the rounds after alice's first ones: alice {sa:?}, bob {sb:?}");
+    for i in 0..8 {
+        assert_same_tree(&src, &t.path().join(format!("dst{i}")));
+    }
+}
+
+/// docs/examples/slurm-transfer.sh, its body run with bash (no Slurm needed) against a real
+/// service: the batch job's exit status is the transfer's.
+#[test]
+fn slurm_example_script_exits_with_the_transfer_outcome() {
+    let t = scratch();
+    let s = Service::start(t.path(), &[], &["--max-attempts", "1"]);
+    let token = s.token("transfer", &["--name", "batch", "--expires", "180d"]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples/slurm-transfer.sh");
+    let src = t.path().join("run42");
+    small_tree(&src);
+    let run = |src: &Path, dst: &Path, token: &str| {
+        let mut cmd = Command::new("bash");
+        cmd.arg(&script)
+            .env("TERN", tern_bin())
+            .env("TERN_SERVER", s.url())
+            .env("TERN_TOKEN", token)
+            .env("TERN_CA_FILE", s.ca())
+            .env("SRC", src)
+            .env("DST", dst)
+            .env("SLURM_JOB_ID", "4242")
+            .env("WAIT_TIMEOUT", "120")
+            .stdin(Stdio::null());
+        let out = run_bounded(cmd, Duration::from_secs(150));
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    std::fs::create_dir(t.path().join("archive")).unwrap();
+    let dst = t.path().join("archive/run42");
+    let (code, err) = run(&src, &dst, &token);
+    assert_eq!(code, Some(0), "a transfer that succeeded: {err} {}", s.cli(&s.admin(), &["jobs", "--json"]).1);
+    assert_same_tree(&src, &dst);
+    let (code, err) = run(&t.path().join("no-such-run"), &t.path().join("archive/x"), &token);
+    assert_eq!(code, Some(1), "a transfer that failed must fail the batch job: {err}");
+    let (code, err) = run(&src, &t.path().join("archive/y"), "tern_0000_bad");
+    assert_eq!(code, Some(2), "a refused submit (bad token) must fail the batch job too: {err}");
+    let (_, out, _) = s.cli(&s.admin(), &["jobs", "--json"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert!(v["jobs"].as_array().unwrap().iter().all(|j| j["spec"]["label"] == "4242"), "labelled with the batch job id: {v}");
 }

@@ -1,0 +1,338 @@
+//! `PgStore`: the job store in PostgreSQL (`tern serve --db postgres://...`).
+//!
+//! The same schema and the same compare-and-set statements as `SqliteStore`, in PostgreSQL's
+//! dialect. One connection behind a mutex (the service's database traffic is a few small
+//! statements per job state change), reconnected when the server dropped it. `lock_timeout`
+//! makes a locked table an error after 5 s instead of a hang; `claim_next` uses
+//! `FOR UPDATE SKIP LOCKED` so two services on one database never claim the same job.
+//!
+//! Plain TCP or a Unix socket, no TLS: point it at a server on the same host or a trusted
+//! network (`host=/run/postgresql` works too).
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use postgres::error::SqlState;
+use postgres::{Client, NoTls, Row};
+use serde_json::Value;
+
+use crate::model::{Job, JobSpec, JobState, Scope, TokenInfo, Totals};
+use crate::store::{JobStore, NewToken, StoreError, StoreResult};
+
+/// Applied in order inside one transaction; `tern_schema.version` records how many ran.
+/// Never edit a shipped one: add the next file instead (and its SQLite twin).
+const MIGRATIONS: &[&str] = &[include_str!("../migrations/postgres/0001_init.sql"), include_str!("../migrations/postgres/0002_fair_share.sql")];
+
+/// Serialises migrations of several services starting against one database.
+const MIGRATION_LOCK: i64 = 0x7465_726e_0001;
+
+const JOB_COLUMNS: &str = "id, state, spec, owner, created_at, updated_at, started_at, finished_at, not_before, attempts, retries, progress, summary, error, notified";
+const TOKEN_COLUMNS: &str = "id, name, scope, path_prefix, created_by, created_at, expires_at, revoked_at, last_used_at";
+
+pub struct PgStore {
+    config: postgres::Config,
+    /// Where, for messages: host and database, never the password.
+    what: String,
+    conn: Mutex<Option<Client>>,
+}
+
+/// One line naming the server and what to do; the password never appears.
+fn pg_err(what: &str, e: postgres::Error) -> StoreError {
+    let msg = match e.as_db_error() {
+        Some(d) => d.message().to_string(),
+        None => {
+            let src = std::error::Error::source(&e).map(|s| format!(": {s}")).unwrap_or_default();
+            format!("{e}{src}")
+        }
+    };
+    match e.code() {
+        Some(c) if *c == SqlState::DISK_FULL || *c == SqlState::PROGRAM_LIMIT_EXCEEDED => StoreError::Full(format!("PostgreSQL {what}: {msg}")),
+        Some(c) if *c == SqlState::LOCK_NOT_AVAILABLE || *c == SqlState::QUERY_CANCELED || *c == SqlState::T_R_DEADLOCK_DETECTED || *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::CANNOT_CONNECT_NOW || *c == SqlState::TOO_MANY_CONNECTIONS => {
+            StoreError::Busy(format!("PostgreSQL {what}: {msg}"))
+        }
+        _ if e.is_closed() || e.code().is_none() => StoreError::Db(format!("PostgreSQL {what}: {msg} (is the server running and reachable?)")),
+        _ => StoreError::Db(format!("PostgreSQL {what}: {msg}")),
+    }
+}
+
+fn corrupt(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(e.to_string())
+}
+
+impl PgStore {
+    /// Connects to `url` (`postgres://user[:password]@host[:port]/db` or key=value form) and
+    /// brings the schema up to date.
+    pub fn open(url: &str) -> StoreResult<Self> {
+        let mut config: postgres::Config = url.parse().map_err(|e| StoreError::Db(format!("--db: not a PostgreSQL URL ({e}); expected postgres://USER@HOST[:PORT]/DB")))?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(10));
+        }
+        config.application_name("tern-service");
+        let hosts: Vec<String> = config
+            .get_hosts()
+            .iter()
+            .map(|h| match h {
+                postgres::config::Host::Tcp(s) => s.clone(),
+                postgres::config::Host::Unix(p) => p.display().to_string(),
+            })
+            .collect();
+        let what = format!("at {} (database {})", if hosts.is_empty() { "localhost".into() } else { hosts.join(",") }, config.get_dbname().unwrap_or("default"));
+        let store = Self { config, what, conn: Mutex::new(None) };
+        store.with(migrate)??;
+        Ok(store)
+    }
+
+    fn connect(&self) -> StoreResult<Client> {
+        let mut c = self.config.connect(NoTls).map_err(|e| pg_err(&self.what, e))?;
+        // A table locked by someone else fails the statement after 5 s (503 to the client)
+        // instead of holding the API; nothing here should take anywhere near 30 s.
+        c.batch_execute("SET lock_timeout = '5s'; SET statement_timeout = '30s'").map_err(|e| pg_err(&self.what, e))?;
+        Ok(c)
+    }
+
+    /// Runs `f` on the connection, connecting (again) first if there is none or it broke.
+    fn with<T>(&self, f: impl FnOnce(&mut Client) -> Result<T, postgres::Error>) -> StoreResult<T> {
+        let mut g = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        if g.as_ref().is_none_or(Client::is_closed) {
+            *g = Some(self.connect()?);
+        }
+        let c = g.as_mut().expect("connected above");
+        let r = f(c);
+        if r.is_err() && c.is_closed() {
+            *g = None;
+        }
+        r.map_err(|e| pg_err(&self.what, e))
+    }
+}
+
+fn migrate(c: &mut Client) -> Result<StoreResult<()>, postgres::Error> {
+    let mut tx = c.transaction()?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+    tx.batch_execute("CREATE TABLE IF NOT EXISTS tern_schema (version BIGINT NOT NULL)")?;
+    let version: i64 = match tx.query_opt("SELECT version FROM tern_schema", &[])? {
+        Some(r) => r.get(0),
+        None => {
+            tx.execute("INSERT INTO tern_schema (version) VALUES (0)", &[])?;
+            0
+        }
+    };
+    let known = MIGRATIONS.len() as i64;
+    if version > known {
+        return Ok(Err(StoreError::TooNew { found: version, known }));
+    }
+    for sql in MIGRATIONS.iter().skip(version as usize) {
+        tx.batch_execute(sql)?;
+    }
+    tx.execute("UPDATE tern_schema SET version = $1", &[&known])?;
+    tx.commit()?;
+    Ok(Ok(()))
+}
+
+fn json_col(r: &Row, i: usize) -> Option<Value> {
+    r.get::<_, Option<String>>(i).and_then(|s| serde_json::from_str(&s).ok())
+}
+
+fn job_row(r: &Row) -> StoreResult<Job> {
+    let id: i64 = r.get(0);
+    let state: String = r.get(1);
+    let Some(state) = JobState::parse(&state) else { return Err(corrupt(format!("job {id}: state '{state}'"))) };
+    let spec: JobSpec = serde_json::from_str(&r.get::<_, String>(2)).map_err(|e| corrupt(format!("job {id}: spec: {e}")))?;
+    Ok(Job {
+        id,
+        state,
+        spec,
+        owner: r.get(3),
+        created_at: r.get(4),
+        updated_at: r.get(5),
+        started_at: r.get(6),
+        finished_at: r.get(7),
+        not_before: r.get(8),
+        attempts: r.get::<_, i64>(9) as u32,
+        retries: r.get::<_, i64>(10) as u32,
+        progress: json_col(r, 11),
+        summary: json_col(r, 12),
+        error: r.get(13),
+        notified: r.get::<_, i64>(14) != 0,
+    })
+}
+
+fn token_row(r: &Row) -> StoreResult<TokenInfo> {
+    let id: String = r.get(0);
+    let scope: String = r.get(2);
+    let Some(scope) = Scope::parse(&scope) else { return Err(corrupt(format!("token {id}: scope '{scope}'"))) };
+    Ok(TokenInfo {
+        id,
+        name: r.get(1),
+        scope,
+        path_prefix: r.get(3),
+        created_by: r.get(4),
+        created_at: r.get(5),
+        expires_at: r.get(6),
+        revoked_at: r.get(7),
+        last_used_at: r.get(8),
+    })
+}
+
+fn states_sql(states: &[JobState]) -> String {
+    states.iter().map(|s| format!("'{}'", s.as_str())).collect::<Vec<_>>().join(",")
+}
+
+impl JobStore for PgStore {
+    fn insert_job(&self, spec: &JobSpec, owner: Option<&str>, now: i64) -> StoreResult<Job> {
+        let spec_json = serde_json::to_string(spec).map_err(|e| StoreError::Db(e.to_string()))?;
+        let notified = spec.notify.is_none() as i64;
+        let row = self.with(|c| {
+            c.query_one(
+                &format!("INSERT INTO jobs (state, spec, label, owner, created_at, updated_at, notified) VALUES ('queued', $1, $2, $3, $4, $4, $5) RETURNING {JOB_COLUMNS}"),
+                &[&spec_json, &spec.label, &owner, &now, &notified],
+            )
+        })?;
+        job_row(&row)
+    }
+
+    fn get_job(&self, id: i64) -> StoreResult<Option<Job>> {
+        self.with(|c| c.query_opt(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1"), &[&id]))?.as_ref().map(job_row).transpose()
+    }
+
+    fn list_jobs(&self, state: Option<JobState>, owner: Option<&str>, limit: u32) -> StoreResult<Vec<Job>> {
+        let (state, limit) = (state.map(JobState::as_str), limit as i64);
+        let rows = self.with(|c| {
+            c.query(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR owner = $2) ORDER BY id DESC LIMIT $3"), &[&state, &owner, &limit])
+        })?;
+        rows.iter().map(job_row).collect()
+    }
+
+    fn claim_next(&self, now: i64) -> StoreResult<Option<Job>> {
+        // Fair share between owners, as in SqliteStore::claim_next. SKIP LOCKED: a job another
+        // service is claiming this instant is passed over for the next one in fair order.
+        let row = self.with(|c| {
+            c.query_opt(
+                &format!(
+                    "UPDATE jobs SET state = 'running', attempts = attempts + 1, started_at = $1, updated_at = $1, progress = NULL,
+                                     claim_seq = (SELECT COALESCE(MAX(claim_seq), 0) + 1 FROM jobs)
+                     WHERE id = (
+                       SELECT j.id FROM jobs j WHERE j.state IN ('queued','retrying') AND j.not_before <= $1
+                       ORDER BY (SELECT COUNT(*) FROM jobs r WHERE r.state = 'running' AND r.owner IS NOT DISTINCT FROM j.owner),
+                                (SELECT COALESCE(MAX(claim_seq), 0) FROM jobs s WHERE s.owner IS NOT DISTINCT FROM j.owner),
+                                j.id
+                       LIMIT 1 FOR UPDATE OF j SKIP LOCKED)
+                     RETURNING {JOB_COLUMNS}"
+                ),
+                &[&now],
+            )
+        })?;
+        row.as_ref().map(job_row).transpose()
+    }
+
+    fn transition(&self, id: i64, from: &[JobState], to: JobState, now: i64) -> StoreResult<bool> {
+        let fin = if to.is_terminal() { Some(now) } else { None };
+        let n = self.with(|c| {
+            c.execute(
+                &format!("UPDATE jobs SET state = $1, updated_at = $2, finished_at = COALESCE($3, finished_at) WHERE id = $4 AND state IN ({})", states_sql(from)),
+                &[&to.as_str(), &now, &fin, &id],
+            )
+        })?;
+        Ok(n == 1)
+    }
+
+    fn save_progress(&self, id: i64, progress: &Value, now: i64) -> StoreResult<()> {
+        let p = progress.to_string();
+        self.with(|c| c.execute("UPDATE jobs SET progress = $1, updated_at = $2 WHERE id = $3 AND state = 'running'", &[&p, &now, &id]))?;
+        Ok(())
+    }
+
+    fn finish_attempt(&self, id: i64, to: JobState, summary: Option<&Value>, error: Option<&str>, not_before: i64, now: i64) -> StoreResult<bool> {
+        let fin = if to.is_terminal() { Some(now) } else { None };
+        let retry = (to == JobState::Retrying) as i64;
+        let summary = summary.map(|s| s.to_string());
+        let n = self.with(|c| {
+            c.execute(
+                "UPDATE jobs SET state = $1, summary = COALESCE($2, summary), error = $3, not_before = $4, updated_at = $5,
+                        finished_at = $6, retries = retries + $7
+                 WHERE id = $8 AND state = 'running'",
+                &[&to.as_str(), &summary, &error, &not_before, &now, &fin, &retry, &id],
+            )
+        })?;
+        Ok(n == 1)
+    }
+
+    fn requeue(&self, id: i64, now: i64) -> StoreResult<bool> {
+        let n = self.with(|c| {
+            c.execute(
+                "UPDATE jobs SET state = 'queued', attempts = 0, not_before = 0, error = NULL, finished_at = NULL, updated_at = $1,
+                        notified = CASE WHEN (spec::jsonb ->> 'notify') IS NULL THEN 1 ELSE 0 END
+                 WHERE id = $2 AND state IN ('failed','canceled')",
+                &[&now, &id],
+            )
+        })?;
+        Ok(n == 1)
+    }
+
+    fn recover_interrupted(&self, now: i64) -> StoreResult<u64> {
+        // The interrupted attempt does not count: the service died, not the transfer.
+        self.with(|c| c.execute("UPDATE jobs SET state = 'queued', attempts = GREATEST(attempts - 1, 0), updated_at = $1 WHERE state = 'running'", &[&now]))
+    }
+
+    fn pending_notifications(&self) -> StoreResult<Vec<Job>> {
+        let rows = self.with(|c| c.query(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE notified = 0 AND state IN ('succeeded','failed','canceled') ORDER BY id LIMIT 1000"), &[]))?;
+        rows.iter().map(job_row).collect()
+    }
+
+    fn mark_notified(&self, id: i64) -> StoreResult<()> {
+        self.with(|c| c.execute("UPDATE jobs SET notified = 1 WHERE id = $1", &[&id]))?;
+        Ok(())
+    }
+
+    fn totals(&self) -> StoreResult<Totals> {
+        let (counts, sums) = self.with(|c| {
+            let counts = c.query("SELECT state, COUNT(*) FROM jobs GROUP BY state", &[])?;
+            // SUM(bigint) is numeric in PostgreSQL: cast back.
+            let sums = c.query_one(
+                "SELECT COALESCE(SUM((summary::jsonb ->> 'bytes')::bigint), 0)::bigint, COALESCE(SUM((summary::jsonb ->> 'files')::bigint), 0)::bigint,
+                        COALESCE(SUM((summary::jsonb ->> 'files_failed')::bigint), 0)::bigint, COALESCE(SUM(retries), 0)::bigint FROM jobs",
+                &[],
+            )?;
+            Ok((counts, sums))
+        })?;
+        let counts: std::collections::HashMap<String, i64> = counts.iter().map(|r| (r.get(0), r.get(1))).collect();
+        let mut t = Totals { jobs_by_state: JobState::ALL.iter().map(|s| (*s, counts.get(s.as_str()).copied().unwrap_or(0) as u64)).collect(), ..Default::default() };
+        (t.bytes, t.files, t.files_failed, t.retries) = (sums.get::<_, i64>(0) as u64, sums.get::<_, i64>(1) as u64, sums.get::<_, i64>(2) as u64, sums.get::<_, i64>(3) as u64);
+        Ok(t)
+    }
+
+    fn insert_token(&self, t: &NewToken<'_>, now: i64) -> StoreResult<TokenInfo> {
+        let row = self.with(|c| {
+            c.query_one(
+                &format!("INSERT INTO tokens (id, name, scope, hash, path_prefix, created_by, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING {TOKEN_COLUMNS}"),
+                &[&t.id, &t.name, &t.scope.as_str(), &&t.hash[..], &t.path_prefix, &t.created_by, &now, &t.expires_at],
+            )
+        })?;
+        token_row(&row)
+    }
+
+    fn token_by_hash(&self, hash: &[u8; 32]) -> StoreResult<Option<TokenInfo>> {
+        self.with(|c| c.query_opt(&format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE hash = $1"), &[&&hash[..]]))?.as_ref().map(token_row).transpose()
+    }
+
+    fn list_tokens(&self) -> StoreResult<Vec<TokenInfo>> {
+        let rows = self.with(|c| c.query(&format!("SELECT {TOKEN_COLUMNS} FROM tokens ORDER BY created_at, id"), &[]))?;
+        rows.iter().map(token_row).collect()
+    }
+
+    fn revoke_token(&self, id: &str, now: i64) -> StoreResult<bool> {
+        let n = self.with(|c| c.execute("UPDATE tokens SET revoked_at = COALESCE(revoked_at, $1) WHERE id = $2", &[&now, &id]))?;
+        Ok(n == 1)
+    }
+
+    fn touch_token(&self, id: &str, now: i64) -> StoreResult<()> {
+        self.with(|c| c.execute("UPDATE tokens SET last_used_at = $1 WHERE id = $2", &[&now, &id]))?;
+        Ok(())
+    }
+
+    fn live_tokens(&self, scope: Scope, now: i64) -> StoreResult<u64> {
+        let n: i64 = self.with(|c| {
+            c.query_one("SELECT COUNT(*) FROM tokens WHERE scope = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $2)", &[&scope.as_str(), &now], ).map(|r| r.get(0))
+        })?;
+        Ok(n as u64)
+    }
+}
