@@ -12,6 +12,12 @@ command -v ssh >/dev/null || need+=(openssh-client)
 command -v ssh-keygen >/dev/null || need+=(openssh-client)
 command -v setpriv >/dev/null || need+=(util-linux)
 command -v mount >/dev/null || need+=(mount)
+# The dashboard test: Debian's Chromium driven by Playwright (playwright-core from npm, no
+# browser download), and a font so the screenshots have text.
+[[ -x /usr/bin/chromium ]] || need+=(chromium)
+[[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ]] || need+=(fonts-dejavu-core)
+command -v node >/dev/null || need+=(nodejs)
+command -v npm >/dev/null || need+=(npm)
 if ((${#need[@]})); then
   if [[ $EUID -eq 0 ]]; then
     echo "test.sh: installing ${need[*]}"
@@ -23,6 +29,11 @@ if ((${#need[@]})); then
   fi
 fi
 mkdir -p /run/sshd 2>/dev/null || true
+if command -v npm >/dev/null; then
+  # Exactly the locked versions; quiet unless it fails.
+  (cd crates/tern-service/web-tests && timeout 300 npm ci --no-audit --no-fund --loglevel=error >/dev/null) \
+    || echo "test.sh: npm ci in crates/tern-service/web-tests failed (the dashboard test will fail under CI, skip elsewhere)" >&2
+fi
 
 filter=()
 if [[ ${1:-} == "--" ]]; then filter=("${@:2}"); fi

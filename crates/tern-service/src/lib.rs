@@ -4,10 +4,12 @@
 
 pub mod api;
 pub mod client;
+pub mod dashboard;
 pub mod model;
 pub mod runner;
 pub mod sqlite;
 pub mod store;
+pub mod throughput;
 pub mod tls;
 pub mod tokens;
 pub mod webhook;
