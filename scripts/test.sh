@@ -10,14 +10,14 @@ need=()
 command -v sshd >/dev/null || [[ -x /usr/sbin/sshd ]] || need+=(openssh-server)
 command -v ssh >/dev/null || need+=(openssh-client)
 command -v ssh-keygen >/dev/null || need+=(openssh-client)
-command -v setpriv >/dev/null || need+=(util-linux)
-command -v mount >/dev/null || need+=(mount)
 # The dashboard test: Debian's Chromium driven by Playwright (playwright-core from npm, no
 # browser download), and a font so the screenshots have text.
 [[ -x /usr/bin/chromium ]] || need+=(chromium)
 [[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ]] || need+=(fonts-dejavu-core)
 command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)
+command -v setpriv >/dev/null || need+=(util-linux)
+command -v mount >/dev/null || need+=(mount)
 if ((${#need[@]})); then
   if [[ $EUID -eq 0 ]]; then
     echo "test.sh: installing ${need[*]}"

@@ -29,11 +29,10 @@ const APP_CSS: &str = include_str!("../web/app.css");
 const ICON: &str = include_str!("../web/icon.svg");
 
 /// The dashboard's JSON routes, for the OpenAPI comparison (`api::routes`).
-pub const API_ROUTES: [(&str, &str); 2] =
-    [("GET", "/v1/jobs/{id}/throughput"), ("GET", "/v1/whoami")];
+pub const API_ROUTES: [(&str, &str); 2] = [("GET", "/v1/jobs/{id}/throughput"), ("GET", "/v1/whoami")];
 
-/// Pages and the throughput route; merged into the API router. Starts the throughput sampler
-/// when called inside the service's runtime.
+/// Pages and the dashboard's API routes, merged into the API router. Starts the throughput
+/// sampler when called inside the service's runtime.
 pub fn router(state: &Arc<AppState>) -> Router<Arc<AppState>> {
     let history = Arc::new(History::default());
     if let Ok(rt) = tokio::runtime::Handle::try_current() {
@@ -42,22 +41,10 @@ pub fn router(state: &Arc<AppState>) -> Router<Arc<AppState>> {
     Router::new()
         .route("/", get(|| async { Redirect::to("/ui/") }))
         .route("/ui", get(|| async { Redirect::to("/ui/") }))
-        .route(
-            "/ui/",
-            get(|| async { asset("text/html; charset=utf-8", INDEX) }),
-        )
-        .route(
-            "/ui/app.js",
-            get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }),
-        )
-        .route(
-            "/ui/app.css",
-            get(|| async { asset("text/css; charset=utf-8", APP_CSS) }),
-        )
-        .route(
-            "/ui/icon.svg",
-            get(|| async { asset("image/svg+xml", ICON) }),
-        )
+        .route("/ui/", get(|| async { asset("text/html; charset=utf-8", INDEX) }))
+        .route("/ui/app.js", get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }))
+        .route("/ui/app.css", get(|| async { asset("text/css; charset=utf-8", APP_CSS) }))
+        .route("/ui/icon.svg", get(|| async { asset("image/svg+xml", ICON) }))
         .route(API_ROUTES[0].1, get(throughput::throughput))
         .route(API_ROUTES[1].1, get(whoami))
         .layer(Extension(history))
@@ -66,22 +53,17 @@ pub fn router(state: &Arc<AppState>) -> Router<Arc<AppState>> {
 fn asset(kind: &'static str, body: &'static str) -> Response {
     let mut r = (StatusCode::OK, body).into_response();
     let h = r.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CSP),
-    );
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
-    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    // Compiled in: a new binary is a new dashboard, so always revalidate.
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    for (name, value) in [
+        (header::CONTENT_TYPE, kind),
+        (header::CONTENT_SECURITY_POLICY, CSP),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::REFERRER_POLICY, "no-referrer"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        // Compiled in: a new binary is a new dashboard, so always revalidate.
+        (header::CACHE_CONTROL, "no-cache"),
+    ] {
+        h.insert(name, HeaderValue::from_static(value));
+    }
     r
 }
 

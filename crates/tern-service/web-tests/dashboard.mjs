@@ -10,7 +10,8 @@
 // Prints one line per check ("dashboard: ok ...") and ends with "dashboard: all checks passed";
 // exits 1 on the first failed check.
 import { chromium } from 'playwright-core';
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { join } from 'node:path';
 
 const env = (k) => {
@@ -29,6 +30,18 @@ const measured = {};
 function check(cond, what, detail) {
   if (!cond) throw new Error(`check failed: ${what}${detail === undefined ? '' : ': ' + JSON.stringify(detail)}`);
   console.log(`dashboard: ok ${what} (${secs()} s)`);
+}
+
+const AXE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
+
+/** axe-core's WCAG 2.1 A/AA rules on what the page shows now. */
+async function accessible(page, where) {
+  // Evaluated through the DevTools protocol, which the page's CSP does not govern; the page
+  // itself could never load this script.
+  await page.evaluate(AXE);
+  const r = await page.evaluate(() => window.axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'] } }));
+  const bad = r.violations.map((v) => `${v.id} (${v.impact}): ${v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join(', ')}`);
+  check(bad.length === 0, `accessibility, axe WCAG 2.1 AA, ${r.passes.length} rules pass: ${where}`, bad);
 }
 
 /** Width and height from a PNG's IHDR chunk. */
@@ -72,6 +85,7 @@ try {
   check(resp.headers()['x-content-type-options'] === 'nosniff', 'nosniff');
 
   // ---- sign in ----
+  await accessible(page, 'sign-in');
   await page.fill('#token', 'tern_0000000000000000_' + '0'.repeat(64));
   await page.click('button[type=submit]');
   await page.getByText('unknown token').waitFor();
@@ -151,6 +165,7 @@ try {
   const chartPng = await page.locator('#chart').screenshot();
   const [cw, ch] = pngSize(chartPng);
   check(cw > 600 && ch >= 200 && chartPng.length > 4000, 'chart screenshot has size and content', { cw, ch, bytes: chartPng.length });
+  await accessible(page, 'running job');
   const shot = await page.screenshot({ fullPage: false });
   writeFileSync(join(OUT, 'dashboard.png'), shot);
   check((await page.textContent('.job-head .badge')) === 'running', 'screenshot shows the running badge');
@@ -176,6 +191,7 @@ try {
   await page.click('.chip:has-text("failed")');
   check((await page.locator('table.jobs tbody tr').count()) === 1, 'state filter');
   await page.click('.chip:has-text("all")');
+  await accessible(page, 'job list');
   writeFileSync(join(OUT, 'jobs.png'), await page.screenshot());
 
   // ---- tokens: create (secret shown once), use it, revoke ----
@@ -188,6 +204,7 @@ try {
   const secret = await page.inputValue('#new-secret');
   check(/^tern_[0-9a-f]{16}_[0-9a-f]{64}$/.test(secret), 'new token shown once');
   const newId = secret.split('_')[1];
+  await accessible(page, 'tokens, with a new secret shown');
   await page.waitForSelector(`tr[data-token="${newId}"]`);
   check((await page.textContent(`tr[data-token="${newId}"] td:nth-child(2)`)) === 'collaborator <b>x</b>', 'token name shown as text');
   const who = (t) => page.evaluate(async (tok) => (await fetch('/v1/whoami', { headers: { Authorization: 'Bearer ' + tok } })).status, t);
@@ -230,6 +247,7 @@ try {
   await dp.waitForSelector(`tr[data-job="${jobId}"]`);
   const bg = await dp.evaluate(() => getComputedStyle(document.body).backgroundColor);
   check(bg === 'rgb(13, 17, 23)', 'dark scheme follows the system', bg);
+  await accessible(dp, 'job list, dark, 390 px');
   const overflow = await dp.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
   check(overflow <= 1, 'no sideways scrolling at 390 px', overflow);
   writeFileSync(join(OUT, 'jobs-dark-phone.png'), await dp.screenshot({ fullPage: true }));
@@ -237,6 +255,7 @@ try {
   await dp.waitForSelector('.job-head .badge[data-state=succeeded]');
   const overflowJob = await dp.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
   check(overflowJob <= 1, 'job page: no sideways scrolling at 390 px', overflowJob);
+  await accessible(dp, 'job page, dark, 390 px');
   writeFileSync(join(OUT, 'job-dark-phone.png'), await dp.screenshot({ fullPage: true }));
   await dark.close();
 

@@ -521,7 +521,8 @@ function jobView(id) {
       if (w.rate_bps) setText(sRate, fmtRate(w.rate_bps));
     }
     warnBox.hidden = !(w && w.eta_warning);
-    setText(warnBox, w && w.eta_warning ? String(w.eta_warning) : '');
+    // The watcher words the warning itself; a bare flag gets a generic sentence.
+    setText(warnBox, !(w && w.eta_warning) ? '' : typeof w.eta_warning === 'string' ? w.eta_warning : 'Data is produced faster than it moves: the backlog is growing.');
 
     const errs = (s && Array.isArray(s.errors) ? s.errors : []);
     errPanel.hidden = errs.length === 0;
@@ -581,6 +582,15 @@ function niceStep(range, maxTicks) {
   return 10 * mag;
 }
 
+/** A y-axis label in the unit of the axis' top, with no more decimals than the steps need. */
+function axisLabel(v, top) {
+  if (v === 0) return '0';
+  const units = ['B/s', 'kB/s', 'MB/s', 'GB/s', 'TB/s'];
+  const i = Math.min(units.length - 1, Math.max(0, Math.floor(Math.log10(top) / 3)));
+  const x = v / Math.pow(1000, i);
+  return (Number.isInteger(Math.round(x * 100) / 100) ? x.toFixed(0) : String(Math.round(x * 100) / 100)) + ' ' + units[i];
+}
+
 function drawChart(canvas, samples, job) {
   const w = canvas.clientWidth;
   const hgt = canvas.clientHeight;
@@ -620,7 +630,7 @@ function drawChart(canvas, samples, job) {
   for (let v = 0; v <= yMax + 1; v += yStep) {
     const y = Math.round(Y(v)) + 0.5;
     ctx.beginPath(); ctx.moveTo(pad.l, y); ctx.lineTo(w - pad.r, y); ctx.stroke();
-    ctx.fillText(v === 0 ? '0' : fmtRate(v), pad.l - 8, y);
+    ctx.fillText(axisLabel(v, yMax), pad.l - 8, y);
   }
   ctx.textAlign = 'center';
   ctx.textBaseline = 'top';
