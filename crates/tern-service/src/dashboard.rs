@@ -20,7 +20,7 @@ use crate::throughput::{self, History};
 
 /// Scripts, styles, images and API calls from this origin only; no inline script or style, no
 /// framing, no form posting anywhere (the login form must never put a token in a URL).
-pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; \
+pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; \
                        base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 const INDEX: &str = include_str!("../web/index.html");

@@ -134,9 +134,11 @@ try {
   const p2 = await pct();
   measured.progress_moved = `${p1}% -> ${p2}% in ${((Date.now() - tA) / 1000).toFixed(1)} s`;
   check(p2 > p1, 'progress moves', measured.progress_moved);
-  const rateText = await page.textContent('.stats .stat:nth-child(1) .v');
-  check(/[kMG]B\/s$/.test(rateText), 'current rate shown', rateText);
-  check(/\d/.test(await page.textContent('.stats .stat:nth-child(3) .v')), 'ETA shown');
+  // The rate needs the sampler's first samples; the ETA the API's average.
+  await page.waitForFunction(() => /[kMG]B\/s$/.test(document.querySelector('.stats .stat:nth-child(1) .v').textContent));
+  check(true, 'current rate shown: ' + (await page.textContent('.stats .stat:nth-child(1) .v')));
+  await page.waitForFunction(() => /\d/.test(document.querySelector('.stats .stat:nth-child(3) .v').textContent));
+  check(true, 'ETA shown: ' + (await page.textContent('.stats .stat:nth-child(3) .v')));
 
   // The chart: samples arrive about once a second and it redraws each time.
   const chartInk = () => page.evaluate(() => {
@@ -146,26 +148,26 @@ try {
     const rgb = [1, 3, 5].map((i) => parseInt(line.slice(i, i + 2), 16));
     // Plot area only (the axis labels are outside it): inked pixels, and those in the line's colour.
     const x0 = 80, y0 = 10, x1 = c.width - 14, y1 = c.height - 30;
-    let ink = 0, stroke = 0;
+    let ink = 0, stroke = 0, right = 0;
     for (let y = y0; y < y1; y++) for (let x = x0; x < x1; x++) {
       const i = (y * c.width + x) * 4;
       if (d[i + 3] > 8) ink++;
-      if (d[i + 3] > 200 && Math.abs(d[i] - rgb[0]) + Math.abs(d[i + 1] - rgb[1]) + Math.abs(d[i + 2] - rgb[2]) < 60) stroke++;
+      if (d[i + 3] > 200 && Math.abs(d[i] - rgb[0]) + Math.abs(d[i + 1] - rgb[1]) + Math.abs(d[i + 2] - rgb[2]) < 60) { stroke++; right = Math.max(right, x); }
     }
-    return { ink, stroke, label: c.getAttribute('aria-label') };
+    return { ink, stroke, right, label: c.getAttribute('aria-label') };
   });
   const samplesIn = (c) => Number(/ (\d+) samples/.exec(c.label)[1]);
   await page.waitForFunction(() => Number((/ (\d+) samples/.exec(document.getElementById('chart').getAttribute('aria-label')) || [0, 0])[1]) >= 3);
   const c1 = await chartInk();
   await page.waitForTimeout(2200);
   const c2 = await chartInk();
-  measured.chart = { samples: [samplesIn(c1), samplesIn(c2)], line_px: [c1.stroke, c2.stroke], ink_px: [c1.ink, c2.ink] };
-  check(c1.stroke > 40, 'chart draws the series, not a blank region', measured.chart);
-  check(samplesIn(c2) >= samplesIn(c1) + 1 && c2.ink > c1.ink, 'chart updates live (new samples and more ink after 2.2 s)', measured.chart);
+  measured.chart = { samples: [samplesIn(c1), samplesIn(c2)], line_px: [c1.stroke, c2.stroke], ink_px: [c1.ink, c2.ink], newest_x: [c1.right, c2.right] };
+  check(c1.stroke > 40 && c1.ink > 1000, 'chart draws the series, not a blank region', measured.chart);
+  // The y scale may change with a new peak; the newest point only moves right.
+  check(samplesIn(c2) >= samplesIn(c1) + 1 && c2.right > c1.right, 'chart updates live (new samples, the line grew right in 2.2 s)', measured.chart);
   const chartPng = await page.locator('#chart').screenshot();
   const [cw, ch] = pngSize(chartPng);
   check(cw > 600 && ch >= 200 && chartPng.length > 4000, 'chart screenshot has size and content', { cw, ch, bytes: chartPng.length });
-  await accessible(page, 'running job');
   const shot = await page.screenshot({ fullPage: false });
   writeFileSync(join(OUT, 'dashboard.png'), shot);
   check((await page.textContent('.job-head .badge')) === 'running', 'screenshot shows the running badge');
@@ -175,6 +177,7 @@ try {
   await page.waitForSelector('.job-head .badge[data-state=canceled]', { timeout: 10000 });
   const pc = await pct();
   check(pc < 100, 'canceled mid-way', pc);
+  await accessible(page, 'job page (canceled)');
   await page.click('button:has-text("Retry")');
   await page.waitForSelector('.job-head .badge[data-state=running], .job-head .badge[data-state=queued]', { timeout: 10000 });
   check(true, 'retried');
@@ -191,6 +194,11 @@ try {
   await page.click('.chip:has-text("failed")');
   check((await page.locator('table.jobs tbody tr').count()) === 1, 'state filter');
   await page.click('.chip:has-text("all")');
+  await page.evaluate(() => { location.hash = '#/jobs/999999'; });
+  await page.getByText('no job 999999').waitFor();
+  check(true, 'an unknown job id says so');
+  await page.click('nav a[data-view=jobs]');
+  await page.waitForSelector(`tr[data-job="${jobId}"]`);
   await accessible(page, 'job list');
   writeFileSync(join(OUT, 'jobs.png'), await page.screenshot());
 

@@ -122,6 +122,8 @@ async function api(method, path, body) {
 const can = (need) => session.me && SCOPES.indexOf(session.me.scope) >= SCOPES.indexOf(need);
 
 function signOut(reason) {
+  if (current) current.stop();
+  current = null;
   sessionStorage.removeItem(TOKEN_KEY);
   session.token = null;
   session.me = null;
@@ -561,13 +563,24 @@ function jobView(id) {
 
   const p = poller(async () => {
     const since = samples.length ? samples[samples.length - 1].t : 0;
-    const [j, tp] = await Promise.all([
-      api('GET', '/v1/jobs/' + id),
-      api('GET', '/v1/jobs/' + id + '/throughput?since=' + since),
-    ]);
+    let j, tp;
+    try {
+      [j, tp] = await Promise.all([
+        api('GET', '/v1/jobs/' + id),
+        api('GET', '/v1/jobs/' + id + '/throughput?since=' + since),
+      ]);
+    } catch (e) {
+      if (e.status !== 404) throw e;
+      p.stop();
+      mount(h('div', { class: 'crumbs' }, h('a', { href: '#/jobs', text: 'Transfers' })),
+        h('p', { class: 'panel', text: e.message + ' (a token limited to a path sees only its own jobs).' }));
+      return;
+    }
     job = j;
     // A new attempt restarts the child's counters: keep the series, it is time-based.
     samples = samples.concat(tp.samples);
+    // Bounded for day-long jobs: the older half thins out, the newest stay at 1 s.
+    if (samples.length > 1800) samples = samples.filter((_, i) => i % 2 === 0 || i >= samples.length - 900);
     update();
   });
   return { stop() { p.stop(); ro.disconnect(); document.title = 'tern · transfers'; } };
