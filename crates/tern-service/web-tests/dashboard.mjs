@@ -213,6 +213,7 @@ try {
   check(/^tern_[0-9a-f]{16}_[0-9a-f]{64}$/.test(secret), 'new token shown once');
   const newId = secret.split('_')[1];
   await accessible(page, 'tokens, with a new secret shown');
+  writeFileSync(join(OUT, 'tokens.png'), await page.screenshot({ fullPage: true }));
   await page.waitForSelector(`tr[data-token="${newId}"]`);
   check((await page.textContent(`tr[data-token="${newId}"] td:nth-child(2)`)) === 'collaborator <b>x</b>', 'token name shown as text');
   const who = (t) => page.evaluate(async (tok) => (await fetch('/v1/whoami', { headers: { Authorization: 'Bearer ' + tok } })).status, t);
