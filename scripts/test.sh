@@ -10,6 +10,12 @@ need=()
 command -v sshd >/dev/null || [[ -x /usr/sbin/sshd ]] || need+=(openssh-server)
 command -v ssh >/dev/null || need+=(openssh-client)
 command -v ssh-keygen >/dev/null || need+=(openssh-client)
+# The dashboard test: Debian's Chromium driven by Playwright (playwright-core from npm, no
+# browser download), and a font so the screenshots have text.
+[[ -x /usr/bin/chromium ]] || need+=(chromium)
+[[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ]] || need+=(fonts-dejavu-core)
+command -v node >/dev/null || need+=(nodejs)
+command -v npm >/dev/null || need+=(npm)
 command -v setpriv >/dev/null || need+=(util-linux)
 command -v mount >/dev/null || need+=(mount)
 # The service's store tests start a real PostgreSQL server (initdb + postgres, as nobody).
@@ -27,6 +33,11 @@ if ((${#need[@]})); then
   fi
 fi
 mkdir -p /run/sshd 2>/dev/null || true
+if command -v npm >/dev/null; then
+  # Exactly the locked versions; quiet unless it fails.
+  (cd crates/tern-service/web-tests && timeout 300 npm ci --no-audit --no-fund --loglevel=error >/dev/null) \
+    || echo "test.sh: npm ci in crates/tern-service/web-tests failed (the dashboard test will fail under CI, skip elsewhere)" >&2
+fi
 
 filter=()
 if [[ ${1:-} == "--" ]]; then filter=("${@:2}"); fi

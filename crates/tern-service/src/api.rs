@@ -97,7 +97,7 @@ impl From<QueryRejection> for ApiError {
     }
 }
 
-type ApiResult<T> = Result<T, ApiError>;
+pub(crate) type ApiResult<T> = Result<T, ApiError>;
 
 // ---------- authentication ----------
 
@@ -145,7 +145,7 @@ impl FromRequestParts<S> for Auth {
 }
 
 impl Auth {
-    fn require(&self, need: Scope) -> ApiResult<()> {
+    pub(crate) fn require(&self, need: Scope) -> ApiResult<()> {
         if tokens::scope_allows(self.0.scope, need) {
             Ok(())
         } else {
@@ -191,12 +191,13 @@ fn table() -> Routes {
 
 /// (method, path) of every served route.
 pub fn routes() -> Vec<(&'static str, &'static str)> {
-    table().list
+    table().list.into_iter().chain(crate::dashboard::API_ROUTES).collect()
 }
 
 pub fn router(state: S) -> Router {
     table()
         .router
+        .merge(crate::dashboard::router(&state))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such route; the API is described at /openapi.json") })
         .method_not_allowed_fallback(|| async { ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this route; see /openapi.json") })
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
@@ -245,11 +246,11 @@ fn view(st: &AppState, job: &Job) -> Value {
     v
 }
 
-fn parse_id(s: &str) -> ApiResult<i64> {
+pub(crate) fn parse_id(s: &str) -> ApiResult<i64> {
     s.parse::<i64>().ok().filter(|&i| i > 0).ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, format!("job id '{s}' is not a positive number")))
 }
 
-async fn load(st: &S, auth: &Auth, id: i64) -> ApiResult<Job> {
+pub(crate) async fn load(st: &S, auth: &Auth, id: i64) -> ApiResult<Job> {
     let store = st.store.clone();
     match blocking(move || store.get_job(id)).await? {
         Some(j) if auth.owns(&j) => Ok(j),

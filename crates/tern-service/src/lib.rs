@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod client;
+pub mod dashboard;
 pub mod mail;
 pub mod model;
 pub mod notify;
@@ -11,6 +12,7 @@ pub mod pg;
 pub mod runner;
 pub mod sqlite;
 pub mod store;
+pub mod throughput;
 pub mod tls;
 pub mod tokens;
 pub mod webhook;

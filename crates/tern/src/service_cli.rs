@@ -49,6 +49,7 @@ pub fn start(a: &ServeService) -> Result<()> {
     let runner = tern_service::runner_config(a.max_jobs, a.max_attempts, Duration::from_millis(a.retry_base_ms)).map_err(|e| anyhow!(e))?;
     let started = tern_service::start(tern_service::ServiceConfig { state_dir: state_dir.clone(), http_listen: listen.clone(), db: a.db.clone(), smtp: a.smtp.clone(), smtp_from: a.smtp_from.clone(), runner }).map_err(|e| anyhow!(e))?;
     eprintln!("tern serve: service API on https://{} (state in {}, certificate {})", started.addr, state_dir.display(), state_dir.join("tls/cert.pem").display());
+    eprintln!("tern serve: dashboard on https://{}/ (sign in with a token)", started.addr);
     if let Some(p) = started.admin_token_file {
         eprintln!("tern serve: first start: admin token written to {} (export TERN_TOKEN=$(cat {}))", p.display(), p.display());
     }

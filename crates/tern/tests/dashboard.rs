@@ -1,0 +1,152 @@
+//! The web dashboard in a real headless Chromium (Debian's `chromium`, driven by Playwright from
+//! `crates/tern-service/web-tests/`) against a real `tern serve --http-listen`: sign in, submit
+//! a rate-limited job to the daemon's own data port, watch progress and the live chart, cancel,
+//! retry to success, a job whose file name is markup, token create/use/revoke, dark and narrow
+//! screens. Then the outcome is checked here, on disk and through the API.
+//!
+//! Needs `node`, `/usr/bin/chromium` and `npm ci` in the web-tests folder (scripts/test.sh
+//! installs all three); without them the test says so and skips, except under CI, where it fails.
+//! `TERN_DASHBOARD_DOCS=1` also copies the screenshot to docs/dashboard.png.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use tern_service::client::Client;
+
+/// At the 5 MB/s the browser test sets, about 12 s: time to watch it and cancel it mid-way
+/// even on a loaded machine.
+const BIG: usize = 56 << 20;
+const MARKUP_NAME: &str = "<img src=x onerror=window.__xss=1>.dat";
+
+struct Serve(Child);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn web_tests() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tern-service/web-tests")
+}
+
+/// Why the browser test cannot run here, if it cannot.
+fn missing_tools() -> Option<String> {
+    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    if !Path::new(&chromium).exists() {
+        return Some(format!("{chromium} is not installed (apt-get install chromium)"));
+    }
+    if Command::new("node").arg("--version").output().map(|o| !o.status.success()).unwrap_or(true) {
+        return Some("node is not installed (apt-get install nodejs npm)".into());
+    }
+    if !web_tests().join("node_modules/playwright-core").is_dir() {
+        return Some(format!("playwright-core is not installed (cd {} && npm ci)", web_tests().display()));
+    }
+    None
+}
+
+/// PNG width and height from the IHDR chunk.
+fn png_size(bytes: &[u8]) -> (u32, u32) {
+    assert!(bytes.len() > 24 && &bytes[1..4] == b"PNG", "not a PNG");
+    let be = |i: usize| u32::from_be_bytes(bytes[i..i + 4].try_into().unwrap());
+    (be(16), be(20))
+}
+
+#[test]
+fn dashboard_in_headless_chromium() {
+    if let Some(why) = missing_tools() {
+        assert!(std::env::var_os("CI").is_none(), "dashboard test cannot run under CI: {why}");
+        eprintln!("SKIP dashboard_in_headless_chromium: {why}");
+        return;
+    }
+    let t = scratch();
+    let base = t.path();
+    let root = base.join("root");
+    std::fs::create_dir_all(root.join("landing")).unwrap();
+    // The slow job: a local tree to the daemon's own data port (tern://), rate-limited so it
+    // runs for several seconds.
+    write_file(&base.join("run42/big.dat"), 42, BIG);
+    write_file(&base.join("run42/small.dat"), 43, 10_000);
+    // The failing job: its file name is markup, and a directory stands where it should land.
+    let xss_src = base.join("xss");
+    write_file(&xss_src.join("ok.dat"), 1, 100);
+    write_file(&xss_src.join(MARKUP_NAME), 2, 100_000);
+    write_file(&base.join("xss-out/xss").join(MARKUP_NAME).join("keep"), 3, 10);
+
+    let (http, data_port) = (free_port(), free_port());
+    let state = base.join("state");
+    let daemon_token = base.join("daemon.token");
+    let child = Command::new(tern_bin())
+        .args(["serve", "--listen", &format!("127.0.0.1:{data_port}"), "--http-listen", &format!("127.0.0.1:{http}")])
+        .arg("--root")
+        .arg(&root)
+        .arg("--token-file")
+        .arg(&daemon_token)
+        .arg("--state-dir")
+        .arg(&state)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _serve = Serve(child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", http)).is_err() || std::net::TcpStream::connect(("127.0.0.1", data_port)).is_err() {
+        assert!(Instant::now() < deadline, "tern serve did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let admin = std::fs::read_to_string(state.join("admin.token")).unwrap().trim().to_string();
+    let url = format!("https://127.0.0.1:{http}");
+    // Screenshots stay after the run (target/tmp/dashboard/) for a person to look at.
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard");
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::create_dir_all(&out).unwrap();
+
+    let mut cmd = Command::new("node");
+    cmd.arg(web_tests().join("dashboard.mjs"))
+        .current_dir(web_tests())
+        .env("TERN_DASH_URL", &url)
+        .env("TERN_DASH_TOKEN", &admin)
+        .env("TERN_DASH_SRC", base.join("run42"))
+        .env("TERN_DASH_DST", format!("tern://127.0.0.1:{data_port}/landing"))
+        .env("TERN_DASH_TOKEN_FILE", &daemon_token)
+        .env("TERN_DASH_XSS_SRC", &xss_src)
+        .env("TERN_DASH_XSS_DST", base.join("xss-out"))
+        .env("TERN_DASH_OUT", &out)
+        .stdin(Stdio::null());
+    let started = Instant::now();
+    let run = run_bounded(cmd, Duration::from_secs(180));
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    eprintln!("{stdout}{}", String::from_utf8_lossy(&run.stderr));
+    assert!(run.status.success() && stdout.contains("dashboard: all checks passed"), "the browser test failed (its log is above)");
+    eprintln!("dashboard: browser part took {:.1} s", started.elapsed().as_secs_f64());
+
+    // What the clicks did, seen from outside the browser.
+    let c = Client::new(&url, &admin, Some(&state.join("tls/cert.pem"))).unwrap();
+    let jobs = c.call("GET", "/v1/jobs", None).unwrap()["jobs"].as_array().unwrap().clone();
+    let slow = jobs.iter().find(|j| j["spec"]["label"] == "run42 to archive").expect("the submitted job");
+    assert_eq!(slow["state"], "succeeded", "{slow}");
+    assert_eq!(slow["spec"]["options"]["bwlimit"], "5M", "the form's option reached the job");
+    assert_eq!(std::fs::read(root.join("landing/run42/big.dat")).unwrap(), data(42, BIG), "landed byte-identical after cancel and retry");
+    let sent = slow["summary"]["bytes"].as_u64().unwrap();
+    assert!(sent < BIG as u64, "the retry resumed instead of starting over: it sent {sent} of {BIG} bytes");
+    let markup = jobs.iter().find(|j| j["spec"]["label"].as_str().is_some_and(|l| l.starts_with("<img"))).expect("the markup job");
+    assert_eq!(markup["state"], "failed");
+    assert!(markup["summary"]["errors"][0]["path"].as_str().unwrap().ends_with(MARKUP_NAME), "{markup}");
+    assert_eq!(std::fs::read(base.join("xss-out/xss/ok.dat")).unwrap().len(), 100, "the other file of the failing job landed");
+    let tokens = c.call("GET", "/v1/tokens", None).unwrap();
+    let made = tokens["tokens"].as_array().unwrap().iter().find(|t| t["name"] == "collaborator <b>x</b>").expect("the token made in the browser");
+    assert!(made["revoked_at"].is_number() && made["scope"] == "read" && made["path_prefix"] == "/shared/run42", "{made}");
+
+    let shot = std::fs::read(out.join("dashboard.png")).unwrap();
+    assert_eq!(png_size(&shot), (1280, 900), "screenshot size");
+    assert!(shot.len() > 40_000, "a 1280x900 dashboard with a chart is not a near-empty PNG ({} bytes)", shot.len());
+    if std::env::var_os("TERN_DASHBOARD_DOCS").is_some() {
+        std::fs::copy(out.join("dashboard.png"), Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/dashboard.png")).unwrap();
+    }
+}
