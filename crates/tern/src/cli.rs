@@ -166,6 +166,10 @@ struct ServeArgs {
     /// The shared secret clients must prove; created with a random secret if missing.
     #[arg(long, env = "TERN_TOKEN_FILE")]
     token_file: PathBuf,
+    /// An arrival hook clients may ask for by name (`tern watch --on-arrival NAME`): NAME=CMD,
+    /// repeatable. CMD runs under sh with TERN_UNIT_PATH set to the unit's path in a root.
+    #[arg(long, value_parser = tern_engine::hook::parse_hook)]
+    hook: Vec<(String, String)>,
     /// The managed-transfer service (--http-listen, --state-dir, ...).
     #[command(flatten)]
     service: crate::service_cli::ServeService,
@@ -290,7 +294,7 @@ fn serve(a: ServeArgs) -> Result<ExitCode> {
     let listener = TcpListener::bind(&a.listen).with_context(|| format!("cannot listen on {}", a.listen))?;
     eprintln!("tern serve: listening on {} for {}", listener.local_addr()?, roots.iter().map(|(n, d)| format!("/{n} = {}", d.display())).collect::<Vec<_>>().join(", "));
     crate::service_cli::start(&a.service)?;
-    tern_engine::server::serve_daemon(listener, Roots::Confined(roots), secret)?;
+    tern_engine::server::serve_daemon(listener, Roots::Confined(roots), secret, Arc::new(a.hook.into_iter().collect()))?;
     Ok(ExitCode::SUCCESS)
 }
 
