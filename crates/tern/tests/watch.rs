@@ -432,3 +432,57 @@ fn ssh_destination_runs_the_hook_over_ssh() {
     assert_eq!(lines_of(&hooks), want, "the hook ran over ssh (SSH_CONNECTION set), once per unit, in order");
 }
 
+
+/// `tern submit --watch`: the service runs `tern watch` as the job's child; the job's progress
+/// carries the `watch` fields and its summary the units. A local hook is a command, so it needs
+/// an admin token.
+#[test]
+fn service_runs_watch_jobs() {
+    let t = scratch();
+    let (src, dst, state) = (t.path().join("src"), t.path().join("dst"), t.path().join("svc"));
+    fs::create_dir_all(&src).unwrap();
+    fs::create_dir_all(t.path().join("root")).unwrap();
+    for i in 0..3u64 {
+        snapshot_dir(&src.join(format!("snap_{i}")), 90 + i, 2, 200_000);
+        fs::write(src.join(format!("snap_{i}.done")), b"").unwrap();
+    }
+    fs::write(src.join("END"), b"").unwrap();
+    let (http, data) = (free_port(), free_port());
+    let mut svc = Command::new(tern_bin())
+        .args(["serve", "--listen", &format!("127.0.0.1:{data}"), "--http-listen", &format!("127.0.0.1:{http}"), "--root", s(&t.path().join("root"))])
+        .args(["--token-file", s(&t.path().join("daemon.token")), "--state-dir", s(&state)])
+        // The child's watch state lands under this HOME, not the user's.
+        .env("HOME", t.path()).env_remove("XDG_STATE_HOME")
+        .stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the service", Duration::from_secs(20), || std::net::TcpStream::connect(("127.0.0.1", http)).is_ok() && state.join("admin.token").exists());
+    let admin = fs::read_to_string(state.join("admin.token")).unwrap().trim().to_string();
+    let cli = |token: &str, args: &[&str]| {
+        let mut cmd = Command::new(tern_bin());
+        cmd.args(args).env("TERN_SERVER", format!("https://127.0.0.1:{http}")).env("TERN_TOKEN", token).env("TERN_CA_FILE", state.join("tls/cert.pem")).stdin(Stdio::null());
+        let out = run_bounded(cmd, Duration::from_secs(60));
+        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).trim().to_string(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let hooks = t.path().join("hooks.txt");
+    let hook = format!("echo \"$TERN_UNIT_NAME\" >> {}", s(&hooks));
+    let args = ["submit", "--watch", s(&src), s(&dst), "--ready", "marker:*.done", "--until", "END", "--in-order", "--on-arrival", &hook];
+    let (_, transfer_token, _) = cli(&admin, &["token", "create", "--scope", "transfer"]);
+    let (code, _, err) = cli(&transfer_token, &args);
+    assert_ne!(code, 0);
+    assert!(err.contains("needs an admin token"), "{err}");
+    let (code, id, err) = cli(&admin, &args);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = cli(&admin, &["wait", &id, "--timeout", "60"]);
+    assert_eq!(code, 0, "{err}");
+    let (_, status, _) = cli(&admin, &["status", &id, "--json"]);
+    let job: Value = serde_json::from_str(&status).unwrap();
+    let _ = svc.kill();
+    let _ = svc.wait();
+    assert_eq!(job["summary"]["units"], 3, "{job}");
+    assert!(job["progress"]["watch"]["backlog_units"].is_u64(), "watch fields reach the API: {job}");
+    assert_eq!(lines_of(&hooks), vec!["snap_0", "snap_1", "snap_2"]);
+    for i in 0..3 {
+        assert_same_tree(&src.join(format!("snap_{i}")), &dst.join(format!("snap_{i}")));
+    }
+}
