@@ -464,7 +464,9 @@ impl Loop<'_> {
     /// end waits for them.
     fn unready(&self, det: &Detector) -> Vec<String> {
         match self.cfg.rule {
-            ReadyRule::Close | ReadyRule::Stable(_) => self.unready_any(det),
+            // `close` ships files only: a directory never becomes ready by itself.
+            ReadyRule::Close => self.unready_any(det).into_iter().filter(|n| self.cfg.src.join(n).is_file()).collect(),
+            ReadyRule::Stable(_) => self.unready_any(det),
             _ => Vec::new(),
         }
     }
