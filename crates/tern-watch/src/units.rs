@@ -54,7 +54,7 @@ pub fn top_level(src: &Path) -> io::Result<Vec<String>> {
     for e in fs::read_dir(src)? {
         let e = e?;
         let Ok(name) = e.file_name().into_string() else {
-            tracing::warn!("{}: name is not UTF-8; not watched", e.path().display());
+            tracing::debug!("{}: name is not UTF-8; not watched", e.path().display());
             continue;
         };
         if !name.starts_with('.') {
