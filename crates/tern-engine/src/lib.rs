@@ -10,6 +10,7 @@ pub mod error;
 pub mod faults;
 pub mod fsops;
 pub mod hashing;
+pub mod hook;
 pub mod journal;
 pub mod layout;
 pub mod progress;

@@ -16,6 +16,7 @@ use tern_proto::msg::{Role, Summary};
 use crate::control::{CtrlReader, CtrlWriter};
 use crate::datastream::{DataConn, PendingStream, StreamAuth, accept_stream};
 use crate::error::{Side, TransferError};
+use crate::hook::Hooks;
 use crate::progress::Progress;
 use crate::receiver::{ReceiverParams, Receiving};
 use crate::sender::{SendMemory, SenderParams, Sending};
@@ -125,12 +126,14 @@ pub fn serve_session(
     streams: Receiver<PendingStream>,
     reverse_to: Option<String>,
     progress: Arc<Progress>,
+    hooks: &Hooks,
 ) -> Result<Summary, TransferError> {
     let mut reader = CtrlReader::new(halves.reader);
     let writer = Arc::new(CtrlWriter::new(halves.writer));
     let key = crate::handshake::server(&mut reader, &writer, &secret_key, &exporter)?;
     let (role, options, sources, destination) = match reader.recv()? {
         Control::Open { server_role, options, sources, destination } => (server_role, options, sources, destination),
+        Control::Hook { name, path } => return crate::hook::serve(hooks, roots, &name, &path, &writer).map(|_| Summary::default()),
         _ => return Err(TransferError::fatal(Side::Network, "expected an open request")),
     };
     let prepared = (|| -> Result<_, TransferError> {
@@ -215,15 +218,17 @@ pub fn serve_session(
 type Registry = Arc<Mutex<HashMap<[u8; 16], Sender<PendingStream>>>>;
 
 /// `tern serve`: accepts control and data connections on one port until the process ends.
-pub fn serve_daemon(listener: TcpListener, roots: Roots, secret: Vec<u8>) -> std::io::Result<()> {
+/// `hooks` are the commands the operator registered (`--hook NAME=CMD`), the only ones a client
+/// can ask for.
+pub fn serve_daemon(listener: TcpListener, roots: Roots, secret: Vec<u8>, hooks: Hooks) -> std::io::Result<()> {
     let registry: Registry = Arc::default();
     let key = tern_proto::auth::token_key(&secret);
     for conn in listener.incoming() {
         let Ok(sock) = conn else { continue };
-        let (registry, roots) = (registry.clone(), roots.clone());
+        let (registry, roots, hooks) = (registry.clone(), roots.clone(), hooks.clone());
         thread::spawn(move || {
             let peer = sock.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-            if let Err(e) = daemon_connection(sock, &registry, &roots, &key) {
+            if let Err(e) = daemon_connection(sock, &registry, &roots, &key, &hooks) {
                 tracing::warn!("{peer}: {e}");
             }
         });
@@ -231,7 +236,7 @@ pub fn serve_daemon(listener: TcpListener, roots: Roots, secret: Vec<u8>) -> std
     Ok(())
 }
 
-fn daemon_connection(sock: TcpStream, registry: &Registry, roots: &Roots, key: &[u8; 32]) -> Result<(), TransferError> {
+fn daemon_connection(sock: TcpStream, registry: &Registry, roots: &Roots, key: &[u8; 32], hooks: &Hooks) -> Result<(), TransferError> {
     let _ = sock.set_read_timeout(Some(Duration::from_secs(30)));
     let mut kind = [0u8; 1];
     (&sock).read_exact(&mut kind).map_err(crate::control::net_err)?;
@@ -245,7 +250,7 @@ fn daemon_connection(sock: TcpStream, registry: &Registry, roots: &Roots, key: &
             let (tx, rx) = unbounded();
             registry.lock().unwrap().insert(session_id, tx);
             let progress = Arc::new(Progress::default());
-            let r = serve_session(halves, exporter, *key, roots, session_id, local.to_string(), rx, None, progress);
+            let r = serve_session(halves, exporter, *key, roots, session_id, local.to_string(), rx, None, progress, hooks);
             registry.lock().unwrap().remove(&session_id);
             match &r {
                 Ok(s) => tracing::info!("session done: {} files, {} bytes", s.files_done, s.bytes_written),
@@ -288,7 +293,7 @@ pub fn serve_remote(port_range: Option<(u16, u16)>, reverse_port: Option<u16>) -
         let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
         let key = tern_proto::auth::token_key(secret.as_bytes());
         drop(tx);
-        return serve_session(halves, [0; 32], key, &Roots::Home(home), random(), String::new(), rx, Some(bracket(client_ip, port)), Arc::new(Progress::default())).map(|_| ());
+        return serve_session(halves, [0; 32], key, &Roots::Home(home), random(), String::new(), rx, Some(bracket(client_ip, port)), Arc::new(Progress::default()), &Hooks::default()).map(|_| ());
     }
     let listener = bind_range(port_range).map_err(|e| TransferError::fatal(Side::Network, format!("cannot listen for data streams: {e} (choose another --port-range)")))?;
     let port = listener.local_addr().map_err(crate::control::net_err)?.port();
@@ -311,7 +316,7 @@ pub fn serve_remote(port_range: Option<(u16, u16)>, reverse_port: Option<u16>) -
     let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
     let session_id = random::<16>();
     let key = tern_proto::auth::token_key(secret.as_bytes());
-    serve_session(halves, [0; 32], key, &Roots::Home(home), session_id, data_addr, rx, None, Arc::new(Progress::default())).map(|_| ())
+    serve_session(halves, [0; 32], key, &Roots::Home(home), session_id, data_addr, rx, None, Arc::new(Progress::default()), &Hooks::default()).map(|_| ())
 }
 
 pub fn bind_range(range: Option<(u16, u16)>) -> std::io::Result<TcpListener> {

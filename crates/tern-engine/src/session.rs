@@ -189,7 +189,7 @@ fn local_err(e: std::io::Error) -> TransferError {
     TransferError::fatal(Side::Source, format!("cannot set up a local transfer: {e}"))
 }
 
-fn bracket(host: &str) -> String {
+pub(crate) fn bracket(host: &str) -> String {
     if host.contains(':') && !host.starts_with('[') { format!("[{host}]") } else { host.to_string() }
 }
 
@@ -198,7 +198,7 @@ fn ssh_host_name(dest: &str) -> String {
     bracket(dest.rsplit_once('@').map_or(dest, |(_, h)| h))
 }
 
-fn connect(addr: &str) -> Result<TcpStream, TransferError> {
+pub(crate) fn connect(addr: &str) -> Result<TcpStream, TransferError> {
     let addrs: Vec<_> = addr.to_socket_addrs().map_err(|e| TransferError::network(format!("{addr}: cannot resolve: {e}")))?.collect();
     let mut last = None;
     for a in addrs {
@@ -211,7 +211,7 @@ fn connect(addr: &str) -> Result<TcpStream, TransferError> {
     Err(TransferError::network(format!("{addr}: cannot connect: {e} (is the daemon running and the port open?)")))
 }
 
-fn read_token(spec: &ClientSpec) -> Result<Vec<u8>, TransferError> {
+pub(crate) fn read_token(spec: &ClientSpec) -> Result<Vec<u8>, TransferError> {
     let Some(path) = &spec.token_file else {
         return Err(TransferError::fatal(Side::Network, "a tern:// daemon needs a token: pass --token-file FILE or set TERN_TOKEN_FILE"));
     };
@@ -575,7 +575,8 @@ impl Drop for SshConn {
     }
 }
 
-fn ssh_command(spec: &ClientSpec, host: &str) -> Command {
+/// The ssh command line for `host` as the engine runs it (the user's `--ssh`, batch mode).
+pub fn ssh_command(spec: &ClientSpec, host: &str) -> Command {
     let argv = if spec.ssh.command.is_empty() { vec!["ssh".to_string()] } else { spec.ssh.command.clone() };
     let mut cmd = Command::new(&argv[0]);
     // No X11 or agent forwarding, never a password prompt on our pipes; keep the user's config.

@@ -37,6 +37,8 @@ pub mod limits {
     pub const MAX_MESSAGE: usize = 1024;
     /// Most items in any list inside one message.
     pub const MAX_LIST: usize = 4096;
+    /// Longest hook name (`tern serve --hook NAME=CMD`).
+    pub const MAX_HOOK_NAME: usize = 64;
     /// Most data streams in one session.
     pub const MAX_STREAMS: u16 = 256;
 }

@@ -157,6 +157,11 @@ pub enum Control {
     Plan { action: PlanAction, path: Vec<u8> },
     Bye,
     StreamCount(u16),
+    /// Instead of `Open`: run the hook the daemon's operator registered under `name`, for the
+    /// unit at `path` (a path in the daemon's namespace). Never a command: see `docs/watch.md`.
+    Hook { name: String, path: Vec<u8> },
+    /// The hook's exit status (-1: killed by a signal) and the tail of its output.
+    HookDone { status: i32, output: String },
 }
 
 const MAGIC: &[u8; 4] = b"TERN";
@@ -181,6 +186,8 @@ impl Control {
             Control::Plan { .. } => 15,
             Control::Bye => 16,
             Control::StreamCount(_) => 17,
+            Control::Hook { .. } => 18,
+            Control::HookDone { .. } => 19,
         }
     }
 
@@ -279,6 +286,12 @@ impl Control {
             Control::Bye => {}
             Control::StreamCount(n) => {
                 w.u16(*n);
+            }
+            Control::Hook { name, path } => {
+                w.bytes(truncate(name.as_bytes(), limits::MAX_HOOK_NAME)).bytes(path);
+            }
+            Control::HookDone { status, output } => {
+                w.u32(*status as u32).bytes(truncate(output.as_bytes(), limits::MAX_MESSAGE));
             }
         }
         encode_frame(self.type_byte(), &w.buf)
@@ -433,6 +446,12 @@ impl Control {
             }
             16 => Control::Bye,
             17 => Control::StreamCount(r.u16("streams")?),
+            18 => {
+                let name = r.bytes("hook name", limits::MAX_HOOK_NAME)?;
+                let name = std::str::from_utf8(name).map_err(|_| ProtoError::Invalid { what: "hook name", why: "not UTF-8" })?.to_string();
+                Control::Hook { name, path: r.bytes("hook path", limits::MAX_PATH)?.to_vec() }
+            }
+            19 => Control::HookDone { status: r.u32("hook status")? as i32, output: r.message()? },
             other => return Err(ProtoError::UnknownType(other)),
         };
         r.finish()?;
@@ -509,6 +528,8 @@ mod tests {
         roundtrip(Control::Plan { action: PlanAction::Delete, path: b"old".to_vec() });
         roundtrip(Control::Bye);
         roundtrip(Control::StreamCount(12));
+        roundtrip(Control::Hook { name: "analyze".into(), path: b"/incoming/snap_003".to_vec() });
+        roundtrip(Control::HookDone { status: -1, output: "killed".into() });
     }
 
     #[test]
@@ -536,6 +557,13 @@ mod tests {
         let mut w = Writer::new();
         w.u32(u32::MAX);
         assert!(matches!(Control::decode(10, &w.buf), Err(ProtoError::TooLong { .. })));
+    }
+
+    #[test]
+    fn refuses_long_hook_names() {
+        let mut w = Writer::new();
+        w.bytes(&[b'a'; 65]).bytes(b"/p");
+        assert!(matches!(Control::decode(18, &w.buf), Err(ProtoError::TooLong { .. })));
     }
 
     #[test]

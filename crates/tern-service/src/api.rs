@@ -268,6 +268,9 @@ async fn submit(State(st): State<S>, auth: Auth, body: Result<Json<JobSpec>, Jso
     if spec.options.ssh.is_some() {
         auth.require(Scope::Admin).map_err(|_| ApiError::new(StatusCode::FORBIDDEN, "options.ssh names a command the service runs; it needs an admin token"))?;
     }
+    if spec.runs_command() {
+        auth.require(Scope::Admin).map_err(|_| ApiError::new(StatusCode::FORBIDDEN, "options.watch.on_arrival is a command the service runs (only tern:// hooks are names); it needs an admin token"))?;
+    }
     if let Some(prefix) = &auth.0.path_prefix
         && let Some(p) = spec.paths().into_iter().find(|p| !tokens::path_allowed(prefix, p))
     {

@@ -88,9 +88,30 @@ pub struct JobOptions {
     pub token_file: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote_bin: Option<String>,
+    /// A watch job (`tern submit --watch`): the child is `tern watch` instead of `tern cp`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch: Option<WatchOptions>,
     /// A command the service will execute: admin tokens only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ssh: Option<String>,
+}
+
+/// `tern watch` flags a client may set (docs/watch.md); each maps to one flag of the child.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WatchOptions {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_arrival: Option<String>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub in_order: bool,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub delete_after_verified: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_units: Option<u64>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -184,6 +205,19 @@ impl JobSpec {
         if (o.checksum || o.delete) && !self.sync {
             return Err("options.checksum and options.delete need sync: true".into());
         }
+        if let Some(w) = &o.watch {
+            if self.sync || !Endpoint::parse(&self.src).is_ok_and(|e| e.is_local()) {
+                return Err("a watch job needs a local src directory and no sync".into());
+            }
+            for (what, v) in [("options.watch.ready", &w.ready), ("options.watch.on_arrival", &w.on_arrival), ("options.watch.until", &w.until)] {
+                if let Some(v) = v {
+                    check_text(what, v, MAX_FIELD)?;
+                    if v.starts_with('-') {
+                        return Err(format!("{what} must not start with '-'"));
+                    }
+                }
+            }
+        }
         for (what, v) in [("options.token_file", &o.token_file), ("options.remote_bin", &o.remote_bin), ("options.ssh", &o.ssh)] {
             if let Some(v) = v {
                 check_text(what, v, MAX_FIELD)?;
@@ -204,11 +238,37 @@ impl JobSpec {
         out
     }
 
+    /// Whether the job names a command the service's child runs on a host (an ssh command, or
+    /// a watch hook anywhere but on a daemon, where hooks are names the operator registered).
+    pub fn runs_command(&self) -> bool {
+        let hook_is_command = self.options.watch.as_ref().is_some_and(|w| w.on_arrival.is_some()) && !self.dst.starts_with("tern://");
+        self.options.ssh.is_some() || hook_is_command
+    }
+
     /// The child's arguments after the binary name. Endpoints come after `--`, so they can
     /// never be taken for flags.
     pub fn child_args(&self) -> Vec<String> {
-        let mut a: Vec<String> = if self.sync { vec!["sync".into()] } else { vec!["cp".into(), "-r".into()] };
+        let mut a: Vec<String> = match (&self.options.watch, self.sync) {
+            (Some(_), _) => vec!["watch".into()],
+            (None, true) => vec!["sync".into()],
+            (None, false) => vec!["cp".into(), "-r".into()],
+        };
         a.extend(["--json", "--progress-json", "--quiet"].map(String::from));
+        if let Some(w) = &self.options.watch {
+            for (flag, v) in [("--ready", &w.ready), ("--on-arrival", &w.on_arrival), ("--until", &w.until)] {
+                if let Some(v) = v {
+                    a.extend([flag.to_string(), v.clone()]);
+                }
+            }
+            if let Some(n) = w.max_units {
+                a.extend(["--max-units".into(), n.to_string()]);
+            }
+            for (on, flag) in [(w.in_order, "--in-order"), (w.delete_after_verified, "--delete-after-verified")] {
+                if on {
+                    a.push(flag.into());
+                }
+            }
+        }
         let o = &self.options;
         let mut opt = |flag: &str, v: Option<String>| {
             if let Some(v) = v {
@@ -316,5 +376,24 @@ mod tests {
         let i = a.iter().position(|x| x == "--").unwrap();
         assert_eq!(&a[i + 1..], ["/a", "h:/b"]);
         assert_eq!(&a[..2], ["cp", "-r"]);
+    }
+
+    #[test]
+    fn watch_jobs_run_tern_watch() {
+        let mut s = spec("/sim/out", "tern://dtn/incoming");
+        s.options.watch = Some(WatchOptions { ready: Some("marker:*.done".into()), on_arrival: Some("analyze".into()), in_order: true, ..Default::default() });
+        assert!(s.validate().is_ok());
+        assert!(!s.runs_command(), "a daemon hook is a registered name");
+        let a = s.child_args();
+        assert_eq!(a[0], "watch");
+        assert!(a.windows(2).any(|w| w == ["--ready", "marker:*.done"]) && a.contains(&"--in-order".to_string()));
+        assert_eq!(&a[a.len() - 3..], ["--", "/sim/out", "tern://dtn/incoming"]);
+        s.dst = "/local/dst".into();
+        assert!(s.runs_command(), "a local hook is a shell command");
+        s.options.watch.as_mut().unwrap().until = Some("--x".into());
+        assert!(s.validate().is_err());
+        s.options.watch.as_mut().unwrap().until = None;
+        s.src = "h:/remote".into();
+        assert!(s.validate().is_err());
     }
 }

@@ -34,6 +34,8 @@ enum Command {
     Sync(SyncArgs),
     /// Run a daemon serving its roots to clients holding the token.
     Serve(ServeArgs),
+    /// Ship each unit (file or snapshot directory) of SRC_DIR to DST as soon as it is complete.
+    Watch(crate::watch_cli::WatchArgs),
     /// The managed service's client commands: submit, jobs, status, wait, cancel, retry, token.
     #[command(flatten)]
     Service(crate::service_cli::ServiceCommand),
@@ -90,7 +92,7 @@ enum Fsync {
 }
 
 #[derive(Args)]
-struct Common {
+pub(crate) struct Common {
     /// Parallel TCP data streams (default: start at 8 and add while throughput grows).
     #[arg(long)]
     streams: Option<u16>,
@@ -118,17 +120,17 @@ struct Common {
     fsync: Fsync,
     /// Show what would be done, change nothing.
     #[arg(short = 'n', long)]
-    dry_run: bool,
+    pub(crate) dry_run: bool,
     /// Print one JSON summary object on stdout at the end.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
     /// Also print a JSON progress line on stdout every second (for supervisors such as the
     /// service): {"progress": {"bytes", "bytes_total", "files_done", "files_total", ...}}.
     #[arg(long)]
-    progress_json: bool,
+    pub(crate) progress_json: bool,
     /// No progress display.
     #[arg(short, long)]
-    quiet: bool,
+    pub(crate) quiet: bool,
     /// The ssh command for [user@]host: endpoints, like rsync -e.
     #[arg(long, env = "TERN_SSH")]
     ssh: Option<String>,
@@ -166,6 +168,10 @@ struct ServeArgs {
     /// The shared secret clients must prove; created with a random secret if missing.
     #[arg(long, env = "TERN_TOKEN_FILE")]
     token_file: PathBuf,
+    /// An arrival hook clients may ask for by name (`tern watch --on-arrival NAME`): NAME=CMD,
+    /// repeatable. CMD runs under sh with TERN_UNIT_PATH set to the unit's path in a root.
+    #[arg(long, value_parser = tern_engine::hook::parse_hook)]
+    hook: Vec<(String, String)>,
     /// The managed-transfer service (--http-listen, --state-dir, ...).
     #[command(flatten)]
     service: crate::service_cli::ServeService,
@@ -180,6 +186,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Sync(a) => transfer(std::slice::from_ref(&a.src), &a.dst, true, true, a.checksum, a.delete, &a.common),
         Command::Serve(a) => serve(a),
+        Command::Watch(a) => crate::watch_cli::run(a),
         Command::Service(c) => crate::service_cli::run(c),
         Command::Remote { port_range, reverse_port } => match tern_engine::server::serve_remote(port_range, reverse_port) {
             Ok(()) => Ok(ExitCode::SUCCESS),
@@ -202,6 +209,24 @@ fn init_logging(verbose: u8) {
 }
 
 fn transfer(srcs: &[String], dst: &str, recursive: bool, sync: bool, checksum: bool, delete: bool, c: &Common) -> Result<ExitCode> {
+    let spec = client_spec(srcs, dst, recursive, sync, checksum, delete, c)?;
+    let progress = Arc::new(Progress::default());
+    let display = (!c.quiet && !c.json && std::io::IsTerminal::is_terminal(&std::io::stderr())).then(|| output::Display::start(progress.clone()));
+    let ticker = c.progress_json.then(|| output::JsonTicker::start(progress.clone()));
+    let started = Instant::now();
+    let result = tern_engine::session::run(&spec, &progress);
+    let seconds = started.elapsed().as_secs_f64();
+    if let Some(d) = display {
+        d.finish();
+    }
+    if let Some(t) = ticker {
+        t.finish();
+    }
+    Ok(output::report(&progress, result, seconds, c.json, c.dry_run))
+}
+
+/// The engine's settings for a copy, as `cp` and `sync` use them and `watch` per unit.
+pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: bool, checksum: bool, delete: bool, c: &Common) -> Result<ClientSpec> {
     let sources = srcs.iter().map(|s| Endpoint::parse(s).map_err(anyhow::Error::msg)).collect::<Result<Vec<_>>>()?;
     let dest = Endpoint::parse(dst).map_err(anyhow::Error::msg)?;
     let first_host = sources[0].host_key();
@@ -257,19 +282,7 @@ fn transfer(srcs: &[String], dst: &str, recursive: bool, sync: bool, checksum: b
         bufsize: c.tcp_buffer.map(|b| b as usize),
         retry_for: Duration::from_secs(c.retry_for),
     };
-    let progress = Arc::new(Progress::default());
-    let display = (!c.quiet && !c.json && std::io::IsTerminal::is_terminal(&std::io::stderr())).then(|| output::Display::start(progress.clone()));
-    let ticker = c.progress_json.then(|| output::JsonTicker::start(progress.clone()));
-    let started = Instant::now();
-    let result = tern_engine::session::run(&spec, &progress);
-    let seconds = started.elapsed().as_secs_f64();
-    if let Some(d) = display {
-        d.finish();
-    }
-    if let Some(t) = ticker {
-        t.finish();
-    }
-    Ok(output::report(&progress, result, seconds, c.json, c.dry_run))
+    Ok(spec)
 }
 
 fn serve(a: ServeArgs) -> Result<ExitCode> {
@@ -290,7 +303,7 @@ fn serve(a: ServeArgs) -> Result<ExitCode> {
     let listener = TcpListener::bind(&a.listen).with_context(|| format!("cannot listen on {}", a.listen))?;
     eprintln!("tern serve: listening on {} for {}", listener.local_addr()?, roots.iter().map(|(n, d)| format!("/{n} = {}", d.display())).collect::<Vec<_>>().join(", "));
     crate::service_cli::start(&a.service)?;
-    tern_engine::server::serve_daemon(listener, Roots::Confined(roots), secret)?;
+    tern_engine::server::serve_daemon(listener, Roots::Confined(roots), secret, Arc::new(a.hook.into_iter().collect()))?;
     Ok(ExitCode::SUCCESS)
 }
 

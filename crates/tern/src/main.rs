@@ -3,6 +3,7 @@
 mod cli;
 mod output;
 mod service_cli;
+mod watch_cli;
 
 use std::process::ExitCode;
 

@@ -180,6 +180,27 @@ pub struct SubmitArgs {
     /// tern's path on the remote host.
     #[arg(long)]
     remote_bin: Option<String>,
+    /// A watch job: ship each unit of the SRC directory as it is produced (tern watch).
+    #[arg(long)]
+    watch: bool,
+    /// With --watch: the ready rule (close, marker:GLOB, log:FILE:REGEX, stable:SECONDS).
+    #[arg(long, requires = "watch")]
+    ready: Option<String>,
+    /// With --watch: the hook run at the destination for each unit.
+    #[arg(long, requires = "watch")]
+    on_arrival: Option<String>,
+    /// With --watch: hooks in production order.
+    #[arg(long, requires = "watch")]
+    in_order: bool,
+    /// With --watch: delete each unit at the source once verified.
+    #[arg(long, requires = "watch")]
+    delete_after_verified: bool,
+    /// With --watch: end once SRC/FILE exists and every unit is done.
+    #[arg(long, requires = "watch")]
+    until: Option<String>,
+    /// With --watch: end after N units.
+    #[arg(long, requires = "watch")]
+    max_units: Option<u64>,
     #[command(flatten)]
     conn: Conn,
 }
@@ -371,6 +392,11 @@ fn submit(a: SubmitArgs) -> Result<ExitCode> {
     put("token_file", json!(a.token_file));
     put("ssh", json!(a.ssh));
     put("remote_bin", json!(a.remote_bin));
+    if a.watch {
+        let w = json!({ "ready": a.ready, "on_arrival": a.on_arrival, "in_order": a.in_order, "delete_after_verified": a.delete_after_verified, "until": a.until, "max_units": a.max_units });
+        let w: serde_json::Map<String, Value> = w.as_object().unwrap().iter().filter(|(_, v)| !v.is_null() && **v != json!(false)).map(|(k, v)| (k.clone(), v.clone())).collect();
+        put("watch", Value::Object(w));
+    }
     let mut body = json!({ "src": absolute(&a.src)?, "dst": absolute(&a.dst)?, "sync": a.sync, "options": options });
     if let Some(l) = a.label {
         body["label"] = json!(l);

@@ -194,8 +194,12 @@ impl Daemon {
         Self::start_on(root, token, free_port(), &[])
     }
     pub fn start_on(root: &Path, token: &Path, port: u16, env: &[(&str, &str)]) -> Self {
+        Self::start_with(root, token, port, env, &[])
+    }
+    /// With extra `tern serve` arguments (e.g. `--hook NAME=CMD`).
+    pub fn start_with(root: &Path, token: &Path, port: u16, env: &[(&str, &str)], extra: &[&str]) -> Self {
         let mut cmd = Command::new(tern_bin());
-        cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--root"]).arg(root).arg("--token-file").arg(token);
+        cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--root"]).arg(root).arg("--token-file").arg(token).args(extra);
         cmd.stdout(Stdio::null()).stderr(Stdio::null());
         for (k, v) in env {
             cmd.env(k, v);
