@@ -47,12 +47,13 @@ impl DestRoot {
     }
 
     /// Creates `rel` and its missing parents (mode 0755 before umask); existing dirs are kept.
-    pub fn mkdir_all(&self, rel: &[u8]) -> io::Result<()> {
+    /// True if this call created `rel` itself (so it held nothing before).
+    pub fn mkdir_all(&self, rel: &[u8]) -> io::Result<bool> {
         if rel.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
         match self.dir(rel) {
-            Ok(_) => return Ok(()),
+            Ok(_) => return Ok(false),
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
             Err(e) => return Err(e),
         }
@@ -60,10 +61,10 @@ impl DestRoot {
         self.mkdir_all(parent)?;
         let parent_fd = self.dir(parent)?;
         match rfs::mkdirat(&parent_fd, tern_proto::path::file_name(rel), Mode::from_raw_mode(0o755)) {
-            Ok(()) => Ok(()),
+            Ok(()) => Ok(true),
             Err(rustix::io::Errno::EXIST) => {
                 // Raced with another creator, or a non-directory stands there.
-                self.dir(rel).map(|_| ())
+                self.dir(rel).map(|_| false)
             }
             Err(e) => Err(e.into()),
         }

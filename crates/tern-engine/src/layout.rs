@@ -31,6 +31,8 @@ pub struct Layout {
     pub marker: Option<PathBuf>,
     /// The root is a mirror of the source (sync): `--delete` may remove extras under it.
     pub mirror: bool,
+    /// This session created the root, so nothing stood in it before.
+    pub created_root: bool,
 }
 
 fn fatal(msg: String) -> TransferError {
@@ -48,7 +50,8 @@ pub fn decide(dest: &Path, contents: bool, multi: bool, first: &Entry, dry_run: 
             None if dry_run => {}
             None => fs::create_dir(dest).map_err(|e| io_fatal(dest, "cannot create directory", &e))?,
         }
-        return Ok(Layout { root: dest.to_path_buf(), mapping: Mapping::Identity, marker: None, mirror: contents });
+        let created_root = md.is_none() && !dry_run;
+        return Ok(Layout { root: dest.to_path_buf(), mapping: Mapping::Identity, marker: None, mirror: contents, created_root });
     }
     let base = first.path.clone();
     let is_dir = first.kind == EntryKind::Dir;
@@ -56,9 +59,9 @@ pub fn decide(dest: &Path, contents: bool, multi: bool, first: &Entry, dry_run: 
         Some(m) if m.is_dir() => {
             let marker = dest.join(MARKER);
             if fs::read(&marker).is_ok_and(|b| b == base) {
-                return Ok(Layout { root: dest.to_path_buf(), mapping: Mapping::Strip { base, new_base: Vec::new() }, marker: Some(marker), mirror: false });
+                return Ok(Layout { root: dest.to_path_buf(), mapping: Mapping::Strip { base, new_base: Vec::new() }, marker: Some(marker), mirror: false, created_root: false });
             }
-            Ok(Layout { root: dest.to_path_buf(), mapping: Mapping::Identity, marker: None, mirror: false })
+            Ok(Layout { root: dest.to_path_buf(), mapping: Mapping::Identity, marker: None, mirror: false, created_root: false })
         }
         Some(_) if is_dir => Err(fatal(format!("{show} is a file, but the source is a directory; choose a directory path"))),
         Some(_) | None if !is_dir => {
@@ -67,7 +70,7 @@ pub fn decide(dest: &Path, contents: bool, multi: bool, first: &Entry, dry_run: 
             if !dry_run && !parent.is_dir() {
                 return Err(fatal(format!("{}: no such directory (create it first)", parent.display())));
             }
-            Ok(Layout { root: parent.to_path_buf(), mapping: Mapping::Strip { base, new_base: name.as_bytes().to_vec() }, marker: None, mirror: false })
+            Ok(Layout { root: parent.to_path_buf(), mapping: Mapping::Strip { base, new_base: name.as_bytes().to_vec() }, marker: None, mirror: false, created_root: false })
         }
         _ => {
             let marker = dest.join(MARKER);
@@ -75,7 +78,7 @@ pub fn decide(dest: &Path, contents: bool, multi: bool, first: &Entry, dry_run: 
                 fs::create_dir(dest).map_err(|e| io_fatal(dest, "cannot create directory", &e))?;
                 fs::write(&marker, &base).map_err(|e| io_fatal(&marker, "cannot write", &e))?;
             }
-            Ok(Layout { root: dest.to_path_buf(), mapping: Mapping::Strip { base, new_base: Vec::new() }, marker: Some(marker), mirror: false })
+            Ok(Layout { root: dest.to_path_buf(), mapping: Mapping::Strip { base, new_base: Vec::new() }, marker: Some(marker), mirror: false, created_root: !dry_run })
         }
     }
 }

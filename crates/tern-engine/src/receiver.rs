@@ -54,6 +54,8 @@ struct Sink {
     mtime: Option<(i64, u32)>,
     /// The temporary did not exist before: all-zero chunks may be left as holes.
     fresh: bool,
+    /// End of the furthest byte written: a fresh file that reached its size needs no truncate.
+    written_end: std::sync::atomic::AtomicU64,
     file: OnceLock<Result<File, String>>,
     journal: Option<Journal>,
 }
@@ -126,6 +128,9 @@ struct Ctx<'a> {
     layout: Option<Layout>,
     root: Option<DestRoot>,
     dirs: HashMap<Vec<u8>, Arc<OwnedFd>>,
+    /// Directories this session created: nothing stood in them, so no stat, no stale
+    /// temporary or journal to look for (a metadata round trip each on Lustre or NFS).
+    fresh_dirs: HashSet<Vec<u8>>,
     files: HashMap<u64, FileState>,
     pending: VecDeque<u64>,
     unfinished: u64,
@@ -183,6 +188,7 @@ impl Receiving {
             layout: None,
             root: None,
             dirs: HashMap::new(),
+            fresh_dirs: HashSet::new(),
             files: HashMap::new(),
             pending: VecDeque::new(),
             unfinished: 0,
@@ -456,7 +462,9 @@ fn dir_fd(ctx: &mut Ctx, rel: &[u8]) -> std::io::Result<Arc<OwnedFd>> {
     let fd = match root.dir(rel) {
         Ok(fd) => fd,
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-            root.mkdir_all(rel)?;
+            if root.mkdir_all(rel)? {
+                ctx.fresh_dirs.insert(rel.to_vec());
+            }
             root.dir(rel)?
         }
         Err(e) => return Err(e),
@@ -477,6 +485,9 @@ fn entry(ctx: &mut Ctx, e: Entry, root_cell: &OnceLock<PathBuf>) -> Result<(), T
             ctx.root = Some(DestRoot::open(&l.root).map_err(|err| TransferError::io(Side::Destination, l.root.display().to_string(), "cannot open", &err).into_fatal())?);
         }
         let _ = root_cell.set(l.root.clone());
+        if l.created_root {
+            ctx.fresh_dirs.insert(Vec::new());
+        }
         ctx.layout = Some(l);
     }
     let Some(rel) = ctx.layout.as_ref().unwrap().map(&e.path) else {
@@ -496,7 +507,11 @@ fn entry(ctx: &mut Ctx, e: Entry, root_cell: &OnceLock<PathBuf>) -> Result<(), T
     }
     match e.kind {
         EntryKind::Dir => {
-            if let Err(err) = ctx.root.as_ref().unwrap().mkdir_all(&rel) {
+            let made = ctx.root.as_ref().unwrap().mkdir_all(&rel);
+            if let Ok(true) = made {
+                ctx.fresh_dirs.insert(rel.clone());
+            }
+            if let Err(err) = made {
                 let err = TransferError::io(Side::Destination, display, "cannot create directory", &err);
                 ctx.writer.send(&Control::FileError { id: e.id, side: Side::Destination, message: err.message.clone() })?;
                 ctx.p.progress.error(err);
@@ -548,6 +563,9 @@ fn entry(ctx: &mut Ctx, e: Entry, root_cell: &OnceLock<PathBuf>) -> Result<(), T
 
 /// Whether the destination already holds this file (size and mtime, or content hash).
 fn identical(ctx: &mut Ctx, rel: &[u8], e: &Entry) -> Result<bool, TransferError> {
+    if ctx.fresh_dirs.contains(parent(rel)) {
+        return Ok(false);
+    }
     let display = ctx.root.as_ref().unwrap().display(rel);
     let dir = dir_fd(ctx, parent(rel)).map_err(|err| TransferError::io(Side::Destination, display.clone(), "cannot open the directory", &err))?;
     let name = file_name(rel);
@@ -616,6 +634,7 @@ fn prepare(ctx: &mut Ctx, id: u64) -> Result<Vec<(u64, u32)>, TransferError> {
     let io = |what: &str, err: &std::io::Error| TransferError::io(Side::Destination, display.clone(), what, err);
     let dir = dir_fd(ctx, parent(&rel)).map_err(|err| io("cannot open the directory", &err))?;
     let name = file_name(&rel);
+    let fresh_dir = ctx.fresh_dirs.contains(parent(&rel));
     let (tmp, jname) = fsops::temp_names(name);
     let chunks = chunk_count(e.size, chunk_size);
     let mut assembly = Assembly::new(e.size, chunk_size);
@@ -624,7 +643,8 @@ fn prepare(ctx: &mut Ctx, id: u64) -> Result<Vec<(u64, u32)>, TransferError> {
     let retry = ctx.files[&id].file_retries > 0;
     if chunks > 1 && !retry {
         let header = JournalHeader { size: e.size, mtime_s: e.mtime_s, mtime_ns: e.mtime_ns, chunk_size };
-        if let Some((h, records)) = Journal::read(&*dir, &jname).map_err(|err| io("cannot read journal", &err))?
+        if !fresh_dir
+            && let Some((h, records)) = Journal::read(&*dir, &jname).map_err(|err| io("cannot read journal", &err))?
             && h == header
             && let Ok(part) = fsops::open_read(&*dir, &tmp)
         {
@@ -647,11 +667,15 @@ fn prepare(ctx: &mut Ctx, id: u64) -> Result<Vec<(u64, u32)>, TransferError> {
             journal = Some(Journal::reopen(&*dir, &jname).map_err(|err| io("cannot open journal", &err))?);
         }
         if journal.is_none() {
-            fsops::unlink_at(&*dir, &tmp).map_err(|err| io("cannot remove stale temporary", &err))?;
+            if !fresh_dir {
+                fsops::unlink_at(&*dir, &tmp).map_err(|err| io("cannot remove stale temporary", &err))?;
+            }
             journal = Some(Journal::create(&*dir, &jname, &header).map_err(|err| io("cannot create journal", &err))?);
         }
     } else {
-        fsops::unlink_at(&*dir, &tmp).map_err(|err| io("cannot remove stale temporary", &err))?;
+        if retry || !fresh_dir {
+            fsops::unlink_at(&*dir, &tmp).map_err(|err| io("cannot remove stale temporary", &err))?;
+        }
         if retry {
             fsops::unlink_at(&*dir, &jname).map_err(|err| io("cannot remove journal", &err))?;
         }
@@ -667,6 +691,7 @@ fn prepare(ctx: &mut Ctx, id: u64) -> Result<Vec<(u64, u32)>, TransferError> {
         mode: preserve.then_some(e.mode),
         mtime: preserve.then_some((e.mtime_s, e.mtime_ns)),
         fresh,
+        written_end: Default::default(),
         file: OnceLock::new(),
         journal,
     });
@@ -849,10 +874,15 @@ fn recv_worker(mut conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_si
             }
         };
         // Zero blocks of a new file stay holes; the finalizer sets the length.
-        let written = if sink.fresh { write_sparse(file, data, off) } else { file.write_all_at(data, off) };
-        if let Err(e) = written {
-            let _ = events.send(Event::WriteFailed { id: h.file_id, error: e, what: "write failed" });
-            continue;
+        let written = if sink.fresh { write_sparse(file, data, off) } else { file.write_all_at(data, off).map(|_| off + len as u64) };
+        match written {
+            Ok(end) => {
+                sink.written_end.fetch_max(end, Relaxed);
+            }
+            Err(e) => {
+                let _ = events.send(Event::WriteFailed { id: h.file_id, error: e, what: "write failed" });
+                continue;
+            }
         }
         if let Some(j) = &sink.journal
             && let Err(e) = j.append(h.index, &hash)
@@ -866,9 +896,11 @@ fn recv_worker(mut conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_si
 }
 
 /// Writes `data` at `off`, skipping all-zero 64 KiB blocks (they read back as zeros from the hole).
-fn write_sparse(file: &File, data: &[u8], off: u64) -> std::io::Result<()> {
+/// Writes the non-zero 64 KiB blocks of `data` at `off`; returns where the last write ended.
+fn write_sparse(file: &File, data: &[u8], off: u64) -> std::io::Result<u64> {
     const BLOCK: usize = 64 << 10;
     let mut start = 0;
+    let mut written_end = 0;
     while start < data.len() {
         // Find a run of non-zero blocks and write it in one call.
         while start < data.len() && is_zero(&data[start..(start + BLOCK).min(data.len())]) {
@@ -881,10 +913,11 @@ fn write_sparse(file: &File, data: &[u8], off: u64) -> std::io::Result<()> {
         let end = end.min(data.len());
         if start < end {
             file.write_all_at(&data[start..end], off + start as u64)?;
+            written_end = off + end as u64;
         }
         start = end;
     }
-    Ok(())
+    Ok(written_end)
 }
 
 fn fatal(events: &Sender<Event>, msg: String) {
@@ -956,7 +989,11 @@ fn finalizer(rx: Receiver<(u64, Arc<Sink>, Option<[u8; 32]>)>, events: Sender<Ev
 fn prepare_final(sink: &Sink, verify_full: bool, chunk_size: u32, expected: &[u8; 32]) -> Result<(), String> {
     let file = sink.file()?;
     let io = |what: &str, e: std::io::Error| format!("{what}: {}", err_text(&e));
-    file.set_len(sink.size).map_err(|e| io("cannot set length", e))?;
+    // A fresh file whose last byte was written already has its length; otherwise a hole at the
+    // end, or a longer stale temporary, needs the truncate.
+    if !(sink.fresh && sink.written_end.load(Relaxed) == sink.size) {
+        file.set_len(sink.size).map_err(|e| io("cannot set length", e))?;
+    }
     if verify_full {
         file.sync_data().map_err(|e| io("cannot flush", e))?;
         // Drop our cached pages so the re-read comes from storage, not memory.
