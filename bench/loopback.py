@@ -37,6 +37,18 @@ def cpu_seconds():
     return client + server
 
 
+def drop_caches():
+    """Every run starts with the same free memory. Without this the first run after a big
+    allocation pays for page reclaim while writing its 4 GiB (measured: 7.8 s instead of 4.7 s
+    for the same copy). The tmpfs datasets themselves cannot be dropped."""
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+    except OSError:
+        pass
+
+
 def tree_digest(root: Path):
     out = {}
     for p in sorted(root.rglob("*")):
@@ -118,6 +130,7 @@ def main():
                         continue
                     dst = work / "dst"
                     shutil.rmtree(dst, ignore_errors=True)
+                    drop_caches()
                     env = dict(os.environ)
                     if tool == "tern-nohash":
                         env["TERN_DEBUG_NO_HASH"] = "1"

@@ -246,7 +246,10 @@ fn main_loop(ctx: &mut Ctx, rx: &Receiver<Event>, spawn: &mut dyn FnMut(DataConn
         }
         issue_wants(ctx)?;
         if !ctx.done_ids.is_empty() {
-            ctx.writer.send(&Control::FileDone(std::mem::take(&mut ctx.done_ids)))?;
+            // A message carries at most MAX_LIST ids; a large window can finish more at once.
+            for ids in std::mem::take(&mut ctx.done_ids).chunks(tern_proto::limits::MAX_LIST) {
+                ctx.writer.send(&Control::FileDone(ids.to_vec()))?;
+            }
         }
         if ctx.manifest_end && ctx.unfinished == 0 {
             finish(ctx)?;
