@@ -99,8 +99,10 @@ pub(crate) struct Common {
     /// Files in flight at once (default 16384, or half the descriptor limit; the receiver also caps wanted bytes at 512 MiB).
     #[arg(long)]
     concurrency: Option<u32>,
-    /// Chunk size for striping and verification, e.g. 4M.
-    #[arg(long, value_parser = parse_size, default_value = "4M")]
+    /// Chunk size for striping and verification, e.g. 4M. The 1M default keeps each chunk's
+    /// read, hash, encryption and send within the CPU's cache (on 2 cores, loopback: 4 GiB in
+    /// 3.4 s with 1M, 3.6-3.9 s with 4M; the same on a 68 ms path).
+    #[arg(long, value_parser = parse_size, default_value = "1M")]
     chunk_size: u64,
     /// Cap the rate, e.g. 100M (bytes/s) or 800Mbit.
     #[arg(long, value_parser = parse_rate)]
