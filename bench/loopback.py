@@ -90,6 +90,12 @@ def main():
     a = ap.parse_args()
     if not TERN.exists():
         sys.exit("loopback.py: build first: cargo build --release -p tern")
+    # Source and copy both live in RAM (tmpfs); short of memory, page reclaim lands inside the
+    # timed runs (one run measured 5.4 s instead of 3.4 s) or the OOM killer ends one.
+    need = 2 * (a.big_gib << 30) + 2 * a.small * 8192 + (2 << 30)
+    avail = next(int(l.split()[1]) * 1024 for l in open("/proc/meminfo") if l.startswith("MemAvailable:"))
+    if avail < need:
+        sys.exit(f"loopback.py: needs {need / 2**30:.1f} GiB of free memory for tmpfs data, {avail / 2**30:.1f} GiB available; free /dev/shm first")
     work = Path(tempfile.mkdtemp(prefix="tern-loopback-", dir="/dev/shm"))
     sshd = None
     try:
