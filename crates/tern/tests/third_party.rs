@@ -118,3 +118,43 @@ fn the_wrong_destination_token_names_the_destination_daemon() {
     let err = r.stderr();
     assert!(err.contains(&format!("127.0.0.1:{}", p.b.port)), "{err}");
 }
+
+#[test]
+fn a_service_job_from_daemon_to_daemon_runs_to_completion() {
+    let p = pair(&[]);
+    let total = source_tree(&p.t.path().join("a/src"), 5 << 20);
+    // The service's own host: a third daemon with the HTTP API, holding neither A's nor B's data.
+    let svc = p.t.path().join("svc");
+    fs::create_dir_all(svc.join("root")).unwrap();
+    let (http, data) = (free_port(), free_port());
+    let mut cmd = Command::new(tern_bin());
+    cmd.args(["serve", "--listen", &format!("127.0.0.1:{data}"), "--http-listen", &format!("127.0.0.1:{http}"), "--root"])
+        .arg(svc.join("root"))
+        .arg("--token-file")
+        .arg(svc.join("daemon.token"))
+        .arg("--state-dir")
+        .arg(svc.join("state"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let _service = Daemon { child: cmd.spawn().unwrap(), port: data, root: svc.join("root"), token: svc.join("daemon.token") };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", http)).is_err() || !svc.join("state/admin.token").exists() {
+        assert!(Instant::now() < deadline, "service did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let admin = fs::read_to_string(svc.join("state/admin.token")).unwrap().trim().to_string();
+    let cli = |args: &[&str]| {
+        let mut cmd = Command::new(tern_bin());
+        cmd.args(args).env("TERN_SERVER", format!("https://127.0.0.1:{http}")).env("TERN_TOKEN", &admin).env("TERN_CA_FILE", svc.join("state/tls/cert.pem")).stdin(Stdio::null());
+        let out = run_bounded(cmd, Duration::from_secs(120));
+        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).trim().to_string(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, id, err) = cli(&["submit", &p.a.url("/src"), &p.b.url("/copy"), "--token-file", &p.a.token_arg(), "--dst-token-file", &p.b.token_arg()]);
+    assert_eq!(code, 0, "submit: {err}");
+    let (code, out, err) = cli(&["wait", &id]);
+    assert_eq!(code, 0, "wait: {out} {err}");
+    assert_same_tree(&p.t.path().join("a/src"), &p.t.path().join("b/copy"));
+    let (_, status, _) = cli(&["status", &id, "--json"]);
+    eprintln!("service third-party job of {total} bytes: {status}");
+}
