@@ -219,6 +219,8 @@ fn observe(m: &Control, book: &Mutex<Book>, progress: &Progress, memory: &Mutex<
         }
         Control::Summary(s) => {
             progress.deleted.store(s.deleted, Relaxed);
+            Progress::add(&progress.chunks_resent, s.chunks_resent);
+            Progress::add(&progress.bytes_resent, s.bytes_resent);
             book.summary = Some(*s);
         }
         _ => {}

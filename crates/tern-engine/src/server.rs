@@ -129,6 +129,11 @@ pub fn serve_session(
     hooks: &Hooks,
     allow_dial: bool,
 ) -> Result<Summary, TransferError> {
+    // However the session ends, the control channel closes with it: the engine's control
+    // reader thread may still hold the socket, and a relaying client (third-party) has no data
+    // stream of its own that would tell it the session is over.
+    let closer = halves.closer.clone();
+    let _close = Defer(move || closer.close());
     let mut reader = CtrlReader::new(halves.reader);
     let writer = Arc::new(CtrlWriter::new(halves.writer));
     let key = crate::handshake::server(&mut reader, &writer, &secret_key, &exporter)?;
@@ -210,6 +215,15 @@ pub fn serve_session(
             };
             receiving.run(reader, writer, conns, params)
         }
+    }
+}
+
+/// Runs a closure when dropped.
+struct Defer<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for Defer<F> {
+    fn drop(&mut self) {
+        (self.0)()
     }
 }
 
