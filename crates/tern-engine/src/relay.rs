@@ -43,6 +43,7 @@ pub(crate) fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<
     let mut b = open_channel(dst_host, *dst_port, dst_token, "--dst-token-file")?;
     b.writer.send(&Control::Open { server_role: Role::Receiver, options, sources: sources.clone(), destination: dst_path.as_bytes().to_vec() })?;
     let (session_id, data_addr) = expect_ready(&mut b)?;
+    check_reachable(&data_addr, &format!("{}:{src_port}", bracket(src_host)))?;
     let mut a = open_channel(src_host, *src_port, spec.token_file.as_ref(), "--token-file")?;
     a.writer.send(&Control::Open { server_role: Role::Sender, options, sources, destination: Vec::new() })?;
     let ticket = tern_proto::auth::stream_ticket(&b.session_key);
@@ -90,6 +91,23 @@ fn expect_ready(c: &mut Channel) -> Result<([u8; 16], String), TransferError> {
         _ => addr,
     };
     Ok((session_id, addr))
+}
+
+/// A receiving daemon reached on a loopback address reports a loopback data address, which
+/// means the sending daemon itself unless that one is on loopback too: say so instead of
+/// letting A dial its own port (or nothing) and fail with a puzzling authentication error.
+fn check_reachable(data_addr: &str, src_addr: &str) -> Result<(), TransferError> {
+    use std::net::{SocketAddr, ToSocketAddrs};
+    let loopback = |a: &SocketAddr| a.ip().is_loopback();
+    let dst_is_loopback = data_addr.parse::<SocketAddr>().is_ok_and(|a| loopback(&a));
+    let src_is_loopback = src_addr.to_socket_addrs().is_ok_and(|mut a| a.all(|a| loopback(&a)));
+    if dst_is_loopback && !src_is_loopback {
+        return Err(TransferError::fatal(
+            Side::Destination,
+            format!("the destination daemon's data address {data_addr} is a loopback address the source daemon cannot reach; name the destination by an address the source daemon can reach"),
+        ));
+    }
+    Ok(())
 }
 
 /// The sender announces everything again on each attempt (a daemon keeps no memory between
@@ -224,5 +242,19 @@ fn observe(m: &Control, book: &Mutex<Book>, progress: &Progress, memory: &Mutex<
             book.summary = Some(*s);
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_reachable;
+
+    #[test]
+    fn a_loopback_destination_is_refused_only_for_a_non_loopback_source() {
+        assert!(check_reachable("127.0.0.1:7700", "127.0.0.1:7701").is_ok());
+        assert!(check_reachable("[::1]:7700", "[::1]:7701").is_ok());
+        assert!(check_reachable("192.0.2.9:7700", "127.0.0.1:7701").is_ok());
+        let e = check_reachable("127.0.0.1:7700", "192.0.2.1:7701").unwrap_err();
+        assert!(e.message.contains("loopback"), "{e}");
     }
 }

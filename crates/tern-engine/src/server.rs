@@ -116,6 +116,7 @@ pub fn source_spec(path: &Path, contents: bool) -> SourceSpec {
 
 /// Serves one session on an established control channel. `streams` delivers the data streams
 /// that name `session_id`.
+#[allow(clippy::too_many_arguments)]
 pub fn serve_session(
     halves: ControlHalves,
     exporter: [u8; 32],
