@@ -1,7 +1,7 @@
 //! The control handshake: versions, mutual proof of the shared secret, and the session key.
 
 use tern_proto::auth::{Party, control_proof, proofs_equal, session_key};
-use tern_proto::msg::negotiate_version;
+use tern_proto::msg::{FEATURE_THIRD_PARTY, negotiate_version};
 use tern_proto::{Control, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
 
 use crate::control::{CtrlReader, CtrlWriter};
@@ -9,12 +9,14 @@ use crate::error::{Side, TransferError};
 use crate::transport::random;
 
 fn hello() -> Control {
-    Control::Hello { min_version: MIN_PROTOCOL_VERSION, max_version: PROTOCOL_VERSION, features: 0 }
+    Control::Hello { min_version: MIN_PROTOCOL_VERSION, max_version: PROTOCOL_VERSION, features: FEATURE_THIRD_PARTY }
 }
 
-fn expect_hello(m: Control) -> Result<u16, TransferError> {
+/// The peer's feature bits, once the versions intersect.
+fn expect_hello(m: Control) -> Result<u64, TransferError> {
     match m {
-        Control::Hello { min_version, max_version, .. } => negotiate_version((MIN_PROTOCOL_VERSION, PROTOCOL_VERSION), (min_version, max_version))
+        Control::Hello { min_version, max_version, features } => negotiate_version((MIN_PROTOCOL_VERSION, PROTOCOL_VERSION), (min_version, max_version))
+            .map(|_| features)
             .map_err(|e| TransferError::fatal(Side::Network, format!("{e}; upgrade the older tern"))),
         Control::Fatal { side, message } => Err(TransferError::fatal(side, message)),
         _ => Err(TransferError::fatal(Side::Network, "the peer did not start with a tern hello")),
@@ -22,19 +24,20 @@ fn expect_hello(m: Control) -> Result<u16, TransferError> {
 }
 
 /// Client side. `exporter` is the TLS exporter value of the control channel (zeros over ssh).
-/// Returns the session key and the round-trip time of the first authentication exchange.
+/// Returns the session key, the round-trip time of the first authentication exchange and the
+/// server's feature bits.
 ///
 /// `pipelined` sends the hello and the first authentication message in one flight, saving a
 /// round trip; the returned time is then meaningless (the caller timed its TCP connect
 /// instead). Over ssh the exchanges stay apart: the first answer waits for the login, and the
 /// second one is the only clean round-trip sample there is.
-pub fn client(r: &mut CtrlReader, w: &CtrlWriter, key: &[u8; 32], exporter: &[u8; 32], peer: &str, pipelined: bool) -> Result<([u8; 32], std::time::Duration), TransferError> {
+pub fn client(r: &mut CtrlReader, w: &CtrlWriter, key: &[u8; 32], exporter: &[u8; 32], peer: &str, pipelined: bool) -> Result<([u8; 32], std::time::Duration, u64), TransferError> {
     let nc = random::<32>();
     w.send(&hello())?;
     if pipelined {
         w.send(&Control::Auth { nonce: nc, proof: [0; 32] })?;
     }
-    expect_hello(r.recv()?)?;
+    let features = expect_hello(r.recv()?)?;
     let started = std::time::Instant::now();
     if !pipelined {
         w.send(&Control::Auth { nonce: nc, proof: [0; 32] })?;
@@ -53,7 +56,7 @@ pub fn client(r: &mut CtrlReader, w: &CtrlWriter, key: &[u8; 32], exporter: &[u8
         ));
     }
     w.send(&Control::Auth { nonce: nc, proof: control_proof(key, Party::Client, &nc, &ns, exporter) })?;
-    Ok((session_key(key, &nc, &ns), rtt))
+    Ok((session_key(key, &nc, &ns), rtt, features))
 }
 
 /// Server side; answers a failed proof with a clear `Fatal` before closing.

@@ -15,6 +15,7 @@ pub mod journal;
 pub mod layout;
 pub mod progress;
 pub mod ratelimit;
+pub mod relay;
 pub mod receiver;
 pub mod sender;
 pub mod transport;

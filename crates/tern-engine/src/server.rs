@@ -116,6 +116,7 @@ pub fn source_spec(path: &Path, contents: bool) -> SourceSpec {
 
 /// Serves one session on an established control channel. `streams` delivers the data streams
 /// that name `session_id`.
+#[allow(clippy::too_many_arguments)]
 pub fn serve_session(
     halves: ControlHalves,
     exporter: [u8; 32],
@@ -127,7 +128,13 @@ pub fn serve_session(
     reverse_to: Option<String>,
     progress: Arc<Progress>,
     hooks: &Hooks,
+    allow_dial: bool,
 ) -> Result<Summary, TransferError> {
+    // However the session ends, the control channel closes with it: the engine's control
+    // reader thread may still hold the socket, and a relaying client (third-party) has no data
+    // stream of its own that would tell it the session is over.
+    let closer = halves.closer.clone();
+    let _close = Defer(move || closer.close());
     let mut reader = CtrlReader::new(halves.reader);
     let writer = Arc::new(CtrlWriter::new(halves.writer));
     let key = crate::handshake::server(&mut reader, &writer, &secret_key, &exporter)?;
@@ -146,7 +153,8 @@ pub fn serve_session(
             Role::Receiver => (Vec::new(), roots.resolve(&destination)?),
         })
     })();
-    let (specs, dest) = match prepared {
+    let prepared = prepared.and_then(|p| Ok((p, third_party_dial(&mut reader, role, options, allow_dial)?)));
+    let ((specs, dest), dial) = match prepared {
         Ok(x) => x,
         Err(e) => {
             let _ = writer.send(&Control::Fatal { side: e.side, message: e.message_with_path() });
@@ -154,22 +162,18 @@ pub fn serve_session(
         }
     };
     writer.send(&Control::Ready { session_id, data_addr: data_addr.into_bytes(), nonce: random() })?;
-    let auth = StreamAuth { session_id, session_key: key, encrypt: !options.no_encrypt() };
+    let encrypt = !options.no_encrypt();
+    // A third-party receiver's streams come from the sending daemon, which holds only the
+    // ticket the client derived from our session key, never the key itself.
+    let stream_key = if options.third_party() && role == Role::Receiver { tern_proto::auth::stream_ticket(&key) } else { key };
+    let auth = StreamAuth { session_id, session_key: stream_key, encrypt };
     let mut conns = Vec::new();
     if let Some(addr) = &reverse_to {
         // --reverse: only outbound connections are allowed here, so we connect to the client.
-        conns = thread::scope(|s| {
-            let handles: Vec<_> = (0..options.streams as u32)
-                .map(|i| {
-                    let auth = &auth;
-                    s.spawn(move || {
-                        let sock = TcpStream::connect(addr.as_str()).map_err(|e| TransferError::network(format!("--reverse: cannot connect back to {addr}: {e}")))?;
-                        crate::datastream::connect_stream(sock, auth, i, None).map_err(|e| TransferError::network(format!("--reverse data stream: {e}")))
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(TransferError::network("stream setup panicked")))).collect::<Result<Vec<_>, _>>()
-        })?;
+        conns = dial_streams(addr, &auth, options.streams, "--reverse: the client")?;
+    } else if let Some(d) = &dial {
+        let theirs = StreamAuth { session_id: d.session_id, session_key: d.ticket, encrypt };
+        conns = dial_streams(&d.addr, &theirs, options.streams, "third-party: the receiving daemon")?;
     }
     let mut pending = Vec::new();
     for _ in conns.len()..options.streams as usize {
@@ -215,12 +219,68 @@ pub fn serve_session(
     }
 }
 
+/// Runs a closure when dropped.
+struct Defer<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for Defer<F> {
+    fn drop(&mut self) {
+        (self.0)()
+    }
+}
+
+/// Where a third-party sender opens its data streams, and the credentials for them there.
+struct Dial {
+    addr: String,
+    session_id: [u8; 16],
+    ticket: [u8; 32],
+}
+
+/// After a third-party `Open` the sender side expects `Dial`. `allow_dial` is the operator's
+/// `--no-third-party` switch, inverted: following `Dial` makes this daemon open TCP connections
+/// to any address a token holder names (a port scanner or a relay into the daemon's network),
+/// so an operator who does not want that refuses the whole session.
+fn third_party_dial(reader: &mut CtrlReader, role: Role, options: tern_proto::Options, allow_dial: bool) -> Result<Option<Dial>, TransferError> {
+    if !options.third_party() || role == Role::Receiver {
+        return Ok(None);
+    }
+    if !allow_dial {
+        return Err(TransferError::fatal(
+            Side::Source,
+            "the source daemon refuses third-party transfers (tern serve --no-third-party); copy through a host that runs tern, or ask its operator",
+        ));
+    }
+    match reader.recv()? {
+        Control::Dial { addr, session_id, ticket } => {
+            let addr = String::from_utf8(addr).map_err(|_| TransferError::fatal(Side::Network, "third-party: the dial address is not UTF-8"))?;
+            Ok(Some(Dial { addr, session_id, ticket }))
+        }
+        _ => Err(TransferError::fatal(Side::Network, "third-party: expected the receiving daemon's address (Dial) after Open")),
+    }
+}
+
+/// Opens `n` data streams to `addr` side by side (each costs a TCP and a TLS handshake).
+/// `whom` names the far end in errors.
+fn dial_streams(addr: &str, auth: &StreamAuth, n: u16, whom: &str) -> Result<Vec<DataConn>, TransferError> {
+    thread::scope(|s| {
+        let handles: Vec<_> = (0..n as u32)
+            .map(|i| {
+                s.spawn(move || {
+                    let sock = TcpStream::connect(addr).map_err(|e| TransferError::network(format!("{whom} at {addr}: cannot connect: {e} (is its port reachable from this host?)")))?;
+                    crate::datastream::connect_stream(sock, auth, i, None).map_err(|e| TransferError::network(format!("{whom} at {addr}: data stream: {e}")))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(TransferError::network("stream setup panicked")))).collect::<Result<Vec<_>, _>>()
+    })
+}
+
 type Registry = Arc<Mutex<HashMap<[u8; 16], Sender<PendingStream>>>>;
 
 /// `tern serve`: accepts control and data connections on one port until the process ends.
 /// `hooks` are the commands the operator registered (`--hook NAME=CMD`), the only ones a client
 /// can ask for.
-pub fn serve_daemon(listener: TcpListener, roots: Roots, secret: Vec<u8>, hooks: Hooks) -> std::io::Result<()> {
+/// `third_party`: follow a client's `Dial` (see `third_party_dial`).
+pub fn serve_daemon(listener: TcpListener, roots: Roots, secret: Vec<u8>, hooks: Hooks, third_party: bool) -> std::io::Result<()> {
     let registry: Registry = Arc::default();
     let key = tern_proto::auth::token_key(&secret);
     for conn in listener.incoming() {
@@ -228,7 +288,7 @@ pub fn serve_daemon(listener: TcpListener, roots: Roots, secret: Vec<u8>, hooks:
         let (registry, roots, hooks) = (registry.clone(), roots.clone(), hooks.clone());
         thread::spawn(move || {
             let peer = sock.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-            if let Err(e) = daemon_connection(sock, &registry, &roots, &key, &hooks) {
+            if let Err(e) = daemon_connection(sock, &registry, &roots, &key, &hooks, third_party) {
                 tracing::warn!("{peer}: {e}");
             }
         });
@@ -236,7 +296,7 @@ pub fn serve_daemon(listener: TcpListener, roots: Roots, secret: Vec<u8>, hooks:
     Ok(())
 }
 
-fn daemon_connection(sock: TcpStream, registry: &Registry, roots: &Roots, key: &[u8; 32], hooks: &Hooks) -> Result<(), TransferError> {
+fn daemon_connection(sock: TcpStream, registry: &Registry, roots: &Roots, key: &[u8; 32], hooks: &Hooks, third_party: bool) -> Result<(), TransferError> {
     let _ = sock.set_read_timeout(Some(Duration::from_secs(30)));
     let mut kind = [0u8; 1];
     (&sock).read_exact(&mut kind).map_err(crate::control::net_err)?;
@@ -250,7 +310,7 @@ fn daemon_connection(sock: TcpStream, registry: &Registry, roots: &Roots, key: &
             let (tx, rx) = unbounded();
             registry.lock().unwrap().insert(session_id, tx);
             let progress = Arc::new(Progress::default());
-            let r = serve_session(halves, exporter, *key, roots, session_id, local.to_string(), rx, None, progress, hooks);
+            let r = serve_session(halves, exporter, *key, roots, session_id, local.to_string(), rx, None, progress, hooks, third_party);
             registry.lock().unwrap().remove(&session_id);
             match &r {
                 Ok(s) => tracing::info!("session done: {} files, {} bytes", s.files_done, s.bytes_written),
@@ -293,7 +353,7 @@ pub fn serve_remote(port_range: Option<(u16, u16)>, reverse_port: Option<u16>) -
         let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
         let key = tern_proto::auth::token_key(secret.as_bytes());
         drop(tx);
-        return serve_session(halves, [0; 32], key, &Roots::Home(home), random(), String::new(), rx, Some(bracket(client_ip, port)), Arc::new(Progress::default()), &Hooks::default()).map(|_| ());
+        return serve_session(halves, [0; 32], key, &Roots::Home(home), random(), String::new(), rx, Some(bracket(client_ip, port)), Arc::new(Progress::default()), &Hooks::default(), false).map(|_| ());
     }
     let listener = bind_range(port_range).map_err(|e| TransferError::fatal(Side::Network, format!("cannot listen for data streams: {e} (choose another --port-range)")))?;
     let port = listener.local_addr().map_err(crate::control::net_err)?.port();
@@ -316,7 +376,7 @@ pub fn serve_remote(port_range: Option<(u16, u16)>, reverse_port: Option<u16>) -
     let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
     let session_id = random::<16>();
     let key = tern_proto::auth::token_key(secret.as_bytes());
-    serve_session(halves, [0; 32], key, &Roots::Home(home), session_id, data_addr, rx, None, Arc::new(Progress::default()), &Hooks::default()).map(|_| ())
+    serve_session(halves, [0; 32], key, &Roots::Home(home), session_id, data_addr, rx, None, Arc::new(Progress::default()), &Hooks::default(), false).map(|_| ())
 }
 
 pub fn bind_range(range: Option<(u16, u16)>) -> std::io::Result<TcpListener> {

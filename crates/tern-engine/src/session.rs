@@ -59,6 +59,9 @@ pub struct ClientSpec {
     pub max_streams: u16,
     pub ssh: SshOptions,
     pub token_file: Option<PathBuf>,
+    /// The destination daemon's token in a third-party transfer, when it differs from
+    /// `token_file` (which is then the source daemon's).
+    pub dst_token_file: Option<PathBuf>,
     pub bwlimit: Option<u64>,
     pub bufsize: Option<usize>,
     /// How long to keep reconnecting after network errors.
@@ -97,6 +100,9 @@ pub fn run(spec: &ClientSpec, progress: &Arc<Progress>) -> Result<Summary, Trans
 
 fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendMemory>>, rate: &Option<Arc<RateLimit>>) -> Result<Summary, TransferError> {
     let push = spec.sources.iter().all(Endpoint::is_local);
+    if !push && !spec.dest.is_local() {
+        return crate::relay::attempt(spec, progress, memory);
+    }
     let remote = if push { &spec.dest } else { &spec.sources[0] };
     let mut options = spec.options;
     let secret = random::<32>();
@@ -146,7 +152,7 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
             let mut reader = CtrlReader::new(conn.stdout.take().unwrap());
             let writer = Arc::new(CtrlWriter::new(conn.stdin.take().unwrap()));
             let r = (|| {
-                let (session_key, rtt) = crate::handshake::client(&mut reader, &writer, &key, &[0; 32], host, false)?;
+                let (session_key, rtt, _) = crate::handshake::client(&mut reader, &writer, &key, &[0; 32], host, false)?;
                 initial_streams(spec, &mut options, rtt);
                 let data_host = ssh_host_name(host);
                 run_remote(spec, &mut options, progress, memory, rate, reader, writer, session_key, push, path, &data_host, reverse.as_ref(), Vec::new())
@@ -168,7 +174,7 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
             let (halves, exporter) = tls_control_client(sock).map_err(|e| TransferError::network(format!("{addr}: TLS handshake failed: {e}")))?;
             let mut reader = CtrlReader::new(halves.reader);
             let writer = Arc::new(CtrlWriter::new(halves.writer));
-            let (session_key, _) = crate::handshake::client(&mut reader, &writer, &key, &exporter, &format!("the daemon at {addr}"), true)?;
+            let (session_key, _, _) = crate::handshake::client(&mut reader, &writer, &key, &exporter, &format!("the daemon at {addr}"), true)?;
             run_remote(spec, &mut options, progress, memory, rate, reader, writer, session_key, push, path, &bracket(host), None, preconnected)
         }
     }

@@ -62,6 +62,14 @@ pub fn stream_tag_key(session_key: &[u8; 32], session_id: &[u8; 16], stream: u32
     *h.finalize().as_bytes()
 }
 
+/// The key a third-party sender proves its data streams with at the receiving daemon. The
+/// client derives it from the receiver's session key (which it shares with the receiver) and
+/// hands it to the sender: the sender never learns the receiver's token or session key, and
+/// the ticket is worthless after this session (session keys are fresh per control handshake).
+pub fn stream_ticket(receiver_session_key: &[u8; 32]) -> [u8; 32] {
+    blake3::derive_key("tern stream ticket v1", receiver_session_key)
+}
+
 /// Constant-time comparison of two proofs.
 pub fn proofs_equal(a: &[u8; 32], b: &[u8; 32]) -> bool {
     blake3::Hash::from(*a) == blake3::Hash::from(*b)

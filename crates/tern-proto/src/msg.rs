@@ -105,7 +105,18 @@ impl Options {
     flag!(recursive, set_recursive, 7);
     flag!(contents, set_contents, 8);
     flag!(fsync_none, set_fsync_none, 9);
+    // A third-party session: the sender's data streams go to another daemon (`Dial`), and the
+    // receiver checks them against the stream ticket instead of its own session key.
+    flag!(third_party, set_third_party, 10);
 }
+
+/// Hello feature bit: this peer understands third-party sessions (`Dial`, option bit 10). A
+/// client checks it on both daemons before starting one, so an older daemon fails with a clear
+/// message instead of a protocol error or failing stream proofs.
+pub const FEATURE_THIRD_PARTY: u64 = 1;
+
+/// Longest data address in `Ready` and `Dial` (`host:port`).
+pub const MAX_ADDR: usize = 256;
 
 /// Chunks a receiver wants of one file: ranges of chunk indices.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,6 +173,10 @@ pub enum Control {
     Hook { name: String, path: Vec<u8> },
     /// The hook's exit status (-1: killed by a signal) and the tail of its output.
     HookDone { status: i32, output: String },
+    /// After a third-party `Open` (server role sender): open the data streams to `addr` (the
+    /// receiving daemon's data address) for its session `session_id`, proving them with `ticket`
+    /// (derived from the receiver's session key, see `auth::stream_ticket`).
+    Dial { addr: Vec<u8>, session_id: [u8; 16], ticket: [u8; 32] },
 }
 
 const MAGIC: &[u8; 4] = b"TERN";
@@ -188,6 +203,7 @@ impl Control {
             Control::StreamCount(_) => 17,
             Control::Hook { .. } => 18,
             Control::HookDone { .. } => 19,
+            Control::Dial { .. } => 20,
         }
     }
 
@@ -293,6 +309,9 @@ impl Control {
             Control::HookDone { status, output } => {
                 w.u32(*status as u32).bytes(truncate(output.as_bytes(), limits::MAX_MESSAGE));
             }
+            Control::Dial { addr, session_id, ticket } => {
+                w.bytes(addr).raw(session_id).raw(ticket);
+            }
         }
         encode_frame(self.type_byte(), &w.buf)
     }
@@ -340,7 +359,7 @@ impl Control {
             }
             4 => Control::Ready {
                 session_id: r.array("session_id")?,
-                data_addr: r.bytes("data address", 256)?.to_vec(),
+                data_addr: r.bytes("data address", MAX_ADDR)?.to_vec(),
                 nonce: r.array("nonce")?,
             },
             5 => {
@@ -452,6 +471,7 @@ impl Control {
                 Control::Hook { name, path: r.bytes("hook path", limits::MAX_PATH)?.to_vec() }
             }
             19 => Control::HookDone { status: r.u32("hook status")? as i32, output: r.message()? },
+            20 => Control::Dial { addr: r.bytes("dial address", MAX_ADDR)?.to_vec(), session_id: r.array("session_id")?, ticket: r.array("ticket")? },
             other => return Err(ProtoError::UnknownType(other)),
         };
         r.finish()?;
@@ -530,6 +550,21 @@ mod tests {
         roundtrip(Control::StreamCount(12));
         roundtrip(Control::Hook { name: "analyze".into(), path: b"/incoming/snap_003".to_vec() });
         roundtrip(Control::HookDone { status: -1, output: "killed".into() });
+        roundtrip(Control::Dial { addr: b"[2001:db8::7]:7700".to_vec(), session_id: [6; 16], ticket: [7; 32] });
+        let mut tp = opts;
+        tp.set_third_party(true);
+        assert!(tp.third_party() && !opts.third_party());
+        roundtrip(Control::Open { server_role: Role::Sender, options: tp, sources: vec![b"/x".to_vec()], destination: vec![] });
+    }
+
+    #[test]
+    fn refuses_long_dial_address() {
+        let mut w = Writer::new();
+        w.bytes(&[b'a'; MAX_ADDR + 1]).raw(&[0; 16]).raw(&[0; 32]);
+        assert!(matches!(Control::decode(20, &w.buf), Err(ProtoError::TooLong { .. })));
+        let mut w = Writer::new();
+        w.bytes(b"h:1").raw(&[0; 16]).raw(&[0; 31]);
+        assert!(Control::decode(20, &w.buf).is_err(), "a short ticket is refused");
     }
 
     #[test]

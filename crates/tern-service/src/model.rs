@@ -86,6 +86,10 @@ pub struct JobOptions {
     pub retry_for: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_file: Option<String>,
+    /// tern:// to tern:// jobs: the destination daemon's token file when it differs from
+    /// `token_file` (then the source daemon's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst_token_file: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote_bin: Option<String>,
     /// A watch job (`tern submit --watch`): the child is `tern watch` instead of `tern cp`.
@@ -174,8 +178,14 @@ impl JobSpec {
             }
         }
         let (s, d) = (Endpoint::parse(&self.src).map_err(|m| format!("src: {m}"))?, Endpoint::parse(&self.dst).map_err(|m| format!("dst: {m}"))?);
-        if !s.is_local() && !d.is_local() {
-            return Err("both ends are remote; one end must be a path on the service's host".into());
+        // Two remote ends work between two daemons only: the service's child relays the
+        // control messages and daemon A sends the data straight to daemon B (third-party).
+        let third_party = !s.is_local() && !d.is_local();
+        if third_party && !(matches!(s, Endpoint::Daemon { .. }) && matches!(d, Endpoint::Daemon { .. })) {
+            return Err("both ends are remote; that works only between two tern:// daemons, otherwise one end must be a path on the service's host".into());
+        }
+        if third_party && self.options.bwlimit.is_some() {
+            return Err("options.bwlimit does not apply to a tern:// to tern:// job (the daemons move the data)".into());
         }
         if let Some(l) = &self.label {
             check_text("label", l, 200)?;
@@ -218,7 +228,7 @@ impl JobSpec {
                 }
             }
         }
-        for (what, v) in [("options.token_file", &o.token_file), ("options.remote_bin", &o.remote_bin), ("options.ssh", &o.ssh)] {
+        for (what, v) in [("options.token_file", &o.token_file), ("options.dst_token_file", &o.dst_token_file), ("options.remote_bin", &o.remote_bin), ("options.ssh", &o.ssh)] {
             if let Some(v) = v {
                 check_text(what, v, MAX_FIELD)?;
                 if v.starts_with('-') {
@@ -232,9 +242,7 @@ impl JobSpec {
     /// Every path this job touches (for token path prefixes), local or remote.
     pub fn paths(&self) -> Vec<String> {
         let mut out: Vec<String> = [&self.src, &self.dst].iter().filter_map(|e| Endpoint::parse(e).ok()).map(|e| e.path_str()).collect();
-        if let Some(t) = &self.options.token_file {
-            out.push(t.clone());
-        }
+        out.extend(self.options.token_file.iter().chain(&self.options.dst_token_file).cloned());
         out
     }
 
@@ -281,6 +289,7 @@ impl JobSpec {
         opt("--bwlimit", o.bwlimit.clone());
         opt("--retry-for", o.retry_for.map(|s| s.to_string()));
         opt("--token-file", o.token_file.clone());
+        opt("--dst-token-file", o.dst_token_file.clone());
         opt("--remote-bin", o.remote_bin.clone());
         opt("--ssh", o.ssh.clone());
         if o.verify_full {
@@ -361,6 +370,14 @@ mod tests {
         assert!(spec("-rf", "/b").validate().unwrap_err().contains("starts with '-'"));
         assert!(spec("a", "/b").validate().unwrap_err().contains("relative"));
         assert!(spec("h:/a", "tern://x/b").validate().unwrap_err().contains("both ends are remote"));
+        let mut tp = spec("tern://a/x", "tern://b/y");
+        assert!(tp.validate().is_ok(), "third-party between two daemons");
+        tp.options.dst_token_file = Some("/etc/tern/b.token".into());
+        assert!(tp.paths().contains(&"/etc/tern/b.token".to_string()));
+        let args = tp.child_args();
+        assert!(args.windows(2).any(|w| w == ["--dst-token-file", "/etc/tern/b.token"]), "{args:?}");
+        tp.options.dst_token_file = Some("-x".into());
+        assert!(tp.validate().is_err());
         let mut s = spec("/a", "/b");
         s.options.bwlimit = Some("1; rm".into());
         assert!(s.validate().is_err());

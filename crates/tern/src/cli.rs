@@ -151,6 +151,10 @@ pub(crate) struct Common {
     /// Token file for tern:// daemons.
     #[arg(long, env = "TERN_TOKEN_FILE")]
     token_file: Option<PathBuf>,
+    /// In a tern:// to tern:// copy, the destination daemon's token when it differs from
+    /// --token-file (then the source daemon's).
+    #[arg(long, env = "TERN_DST_TOKEN_FILE")]
+    dst_token_file: Option<PathBuf>,
     /// Set socket buffers explicitly (disables kernel autotuning), e.g. 32M.
     #[arg(long, value_parser = parse_size)]
     tcp_buffer: Option<u64>,
@@ -174,6 +178,10 @@ struct ServeArgs {
     /// repeatable. CMD runs under sh with TERN_UNIT_PATH set to the unit's path in a root.
     #[arg(long, value_parser = tern_engine::hook::parse_hook)]
     hook: Vec<(String, String)>,
+    /// Refuse third-party transfers (tern://HERE to tern://ELSEWHERE): in one, a client that
+    /// holds this daemon's token makes it open TCP connections to an address the client names.
+    #[arg(long)]
+    no_third_party: bool,
     /// The managed-transfer service (--http-listen, --state-dir, ...).
     #[command(flatten)]
     service: crate::service_cli::ServeService,
@@ -235,14 +243,15 @@ pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: boo
     if sources.iter().any(|s| s.host_key() != first_host) {
         bail!("all sources must be on the same host (copy from each host separately)");
     }
-    if !sources[0].is_local() && !dest.is_local() {
-        bail!("both ends are remote; third-party transfers come with `tern submit` (for now run tern on one of the hosts)");
+    let third_party = !sources[0].is_local() && !dest.is_local();
+    if third_party && ![&sources[0], &dest].iter().all(|e| matches!(e, Endpoint::Daemon { .. })) {
+        bail!("both ends are remote: that works between two tern:// daemons only (for ssh endpoints run tern on one of the hosts)");
+    }
+    if third_party && (c.reverse || c.bwlimit.is_some()) {
+        bail!("--reverse and --bwlimit do not apply to a tern:// to tern:// copy (the daemons move the data)");
     }
     if c.reverse && ![&sources[0], &dest].iter().any(|e| matches!(e, Endpoint::Ssh { .. })) {
         bail!("--reverse works with [user@]host:path endpoints (a daemon always accepts connections)");
-    }
-    if sync && !sources[0].is_local() && !dest.is_local() {
-        bail!("sync needs one local end");
     }
     let chunk_size = u32::try_from(c.chunk_size).ok().filter(|&s| (tern_proto::limits::MIN_CHUNK_SIZE..=tern_proto::limits::MAX_CHUNK_SIZE).contains(&s));
     let Some(chunk_size) = chunk_size else { bail!("--chunk-size must be between 64K and 64M") };
@@ -270,7 +279,7 @@ pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: boo
         sources,
         dest,
         options,
-        adaptive: c.streams.is_none() && !local,
+        adaptive: c.streams.is_none() && !local && !third_party,
         max_streams: 32,
         ssh: SshOptions {
             command: c.ssh.as_deref().map(|s| s.split_whitespace().map(str::to_string).collect()).unwrap_or_default(),
@@ -280,6 +289,7 @@ pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: boo
             reverse: c.reverse,
         },
         token_file: c.token_file.clone(),
+        dst_token_file: c.dst_token_file.clone(),
         bwlimit: c.bwlimit,
         bufsize: c.tcp_buffer.map(|b| b as usize),
         retry_for: Duration::from_secs(c.retry_for),
@@ -305,7 +315,7 @@ fn serve(a: ServeArgs) -> Result<ExitCode> {
     let listener = TcpListener::bind(&a.listen).with_context(|| format!("cannot listen on {}", a.listen))?;
     eprintln!("tern serve: listening on {} for {}", listener.local_addr()?, roots.iter().map(|(n, d)| format!("/{n} = {}", d.display())).collect::<Vec<_>>().join(", "));
     crate::service_cli::start(&a.service)?;
-    tern_engine::server::serve_daemon(listener, Roots::Confined(roots), secret, Arc::new(a.hook.into_iter().collect()))?;
+    tern_engine::server::serve_daemon(listener, Roots::Confined(roots), secret, Arc::new(a.hook.into_iter().collect()), !a.no_third_party)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -174,6 +174,10 @@ pub struct SubmitArgs {
     /// Token file for tern:// endpoints, as seen by the service.
     #[arg(long)]
     token_file: Option<String>,
+    /// tern:// to tern:// jobs: the destination daemon's token file, when it differs from
+    /// --token-file (then the source daemon's).
+    #[arg(long)]
+    dst_token_file: Option<String>,
     /// The ssh command for host: endpoints (admin tokens only).
     #[arg(long)]
     ssh: Option<String>,
@@ -390,6 +394,7 @@ fn submit(a: SubmitArgs) -> Result<ExitCode> {
     put("delete", json!(a.delete));
     put("retry_for", json!(a.retry_for));
     put("token_file", json!(a.token_file));
+    put("dst_token_file", json!(a.dst_token_file));
     put("ssh", json!(a.ssh));
     put("remote_bin", json!(a.remote_bin));
     if a.watch {

@@ -313,6 +313,7 @@ fn daemon_runs_only_registered_hooks_inside_its_root() {
         max_streams: 1,
         ssh: SshOptions::default(),
         token_file: Some(token.clone()),
+        dst_token_file: None,
         bwlimit: None,
         bufsize: None,
         retry_for: Duration::from_secs(5),
