@@ -18,6 +18,8 @@ command -v node >/dev/null || need+=(nodejs)
 command -v npm >/dev/null || need+=(npm)
 command -v setpriv >/dev/null || need+=(util-linux)
 command -v mount >/dev/null || need+=(mount)
+# The third-party test reads the client's per-socket byte counters with `ss`.
+command -v ss >/dev/null || need+=(iproute2)
 # The service's store tests start a real PostgreSQL server (initdb + postgres, as nobody).
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
 # ... and a real SMTP server (aiosmtpd, Debian's python3) to receive notification mails.
