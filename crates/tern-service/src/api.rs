@@ -260,8 +260,9 @@ pub(crate) async fn load(st: &S, auth: &Auth, id: i64) -> ApiResult<Job> {
 
 async fn submit(State(st): State<S>, auth: Auth, body: Result<Json<JobSpec>, JsonRejection>) -> ApiResult<(StatusCode, Json<Value>)> {
     auth.require(Scope::Transfer)?;
-    let Json(spec) = body?;
+    let Json(mut spec) = body?;
     spec.validate().map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, m))?;
+    spec.fix_deadline(now()).map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, m))?;
     if spec.notify.as_deref().is_some_and(|n| n.starts_with("mailto:")) && !st.mail.load(std::sync::atomic::Ordering::Relaxed) {
         return Err(ApiError::new(StatusCode::BAD_REQUEST, "notify mailto: needs a mail relay, and this service has none (start tern serve with --smtp HOST:PORT), or use an https:// webhook"));
     }

@@ -181,6 +181,13 @@ pub struct SubmitArgs {
     /// The ssh command for host: endpoints (admin tokens only).
     #[arg(long)]
     ssh: Option<String>,
+    /// Passed to the transfer: the first file that fails fails the whole job.
+    #[arg(long)]
+    fail_fast: bool,
+    /// Fail the job if it has not finished by then: an RFC 3339 time (2026-11-22T06:00:00Z) or
+    /// a duration from now (90m, 6h, 2d). A running transfer is stopped at the deadline.
+    #[arg(long)]
+    deadline: Option<String>,
     /// tern's path on the remote host.
     #[arg(long)]
     remote_bin: Option<String>,
@@ -301,6 +308,9 @@ fn gb(b: f64) -> String {
 fn print_status(j: &Value) {
     println!("job {}  {}  (attempt {}{})", j["id"], s(&j["state"]), j["attempts"], j["spec"]["label"].as_str().map(|l| format!(", label {l}")).unwrap_or_default());
     println!("  {} -> {}{}", s(&j["spec"]["src"]), s(&j["spec"]["dst"]), if j["spec"]["sync"] == json!(true) { " (sync)" } else { "" });
+    if let Some(d) = j["spec"]["options"]["deadline"].as_str() {
+        println!("  deadline: {d}");
+    }
     let (p, sum) = (&j["progress"], &j["summary"]);
     // A finished attempt's summary supersedes its last progress sample.
     if p.is_object() && !(sum.is_object() && j["state"] != "running") {
@@ -397,6 +407,8 @@ fn submit(a: SubmitArgs) -> Result<ExitCode> {
     put("dst_token_file", json!(a.dst_token_file));
     put("ssh", json!(a.ssh));
     put("remote_bin", json!(a.remote_bin));
+    put("fail_fast", json!(a.fail_fast));
+    put("deadline", json!(a.deadline));
     if a.watch {
         let w = json!({ "ready": a.ready, "on_arrival": a.on_arrival, "in_order": a.in_order, "delete_after_verified": a.delete_after_verified, "until": a.until, "max_units": a.max_units });
         let w: serde_json::Map<String, Value> = w.as_object().unwrap().iter().filter(|(_, v)| !v.is_null() && **v != json!(false)).map(|(k, v)| (k.clone(), v.clone())).collect();
