@@ -271,6 +271,12 @@ impl JobStore for PgStore {
         Ok(n == 1)
     }
 
+    fn set_spec(&self, id: i64, spec: &JobSpec) -> StoreResult<bool> {
+        let spec_json = serde_json::to_string(spec).map_err(|e| StoreError::Db(e.to_string()))?;
+        let n = self.with(|c| c.execute("UPDATE jobs SET spec = $1 WHERE id = $2 AND state IN ('failed','canceled')", &[&spec_json, &id]))?;
+        Ok(n == 1)
+    }
+
     fn waiting_with_deadline(&self) -> StoreResult<Vec<Job>> {
         let rows = self.with(|c| c.query(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE state IN ('queued','retrying') AND (spec::jsonb -> 'options' ->> 'deadline') IS NOT NULL"), &[]))?;
         rows.iter().map(job_row).collect()

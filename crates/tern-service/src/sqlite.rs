@@ -238,6 +238,13 @@ impl JobStore for SqliteStore {
         Ok(n == 1)
     }
 
+    fn set_spec(&self, id: i64, spec: &JobSpec) -> StoreResult<bool> {
+        let spec_json = serde_json::to_string(spec).map_err(|e| StoreError::Db(e.to_string()))?;
+        let c = self.lock();
+        let n = c.execute("UPDATE jobs SET spec = ?1 WHERE id = ?2 AND state IN ('failed','canceled')", params![spec_json, id]).map_err(db)?;
+        Ok(n == 1)
+    }
+
     fn waiting_with_deadline(&self) -> StoreResult<Vec<Job>> {
         let c = self.lock();
         let mut st = c

@@ -79,6 +79,9 @@ pub trait JobStore: Send + Sync + 'static {
     /// Queued or retrying jobs that have a deadline (`options.deadline`), for the runner to
     /// fail those past it.
     fn waiting_with_deadline(&self) -> StoreResult<Vec<Job>>;
+    /// Replaces the spec of a failed or canceled job (a retry with a new deadline); false if
+    /// the job is in another state.
+    fn set_spec(&self, id: i64, spec: &JobSpec) -> StoreResult<bool>;
     /// An explicit retry: failed/canceled → queued with attempts reset.
     fn requeue(&self, id: i64, now: i64) -> StoreResult<bool>;
     /// At start-up: attempts that were running when the service died go back to the queue.

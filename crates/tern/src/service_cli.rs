@@ -124,6 +124,9 @@ pub enum ServiceCommand {
     /// Queue a failed or canceled job again (it resumes: verified data is not re-sent).
     Retry {
         id: u64,
+        /// A new deadline (RFC 3339 or 90m, 6h, 2d from now), for a job whose deadline passed.
+        #[arg(long)]
+        deadline: Option<String>,
         #[command(flatten)]
         conn: Conn,
     },
@@ -272,7 +275,12 @@ pub fn run(c: ServiceCommand) -> Result<ExitCode> {
         }
         ServiceCommand::Wait { id, timeout, conn } => wait(id, timeout, &conn),
         ServiceCommand::Cancel { id, conn } => simple(&conn, &format!("/v1/jobs/{id}/cancel")),
-        ServiceCommand::Retry { id, conn } => simple(&conn, &format!("/v1/jobs/{id}/retry")),
+        ServiceCommand::Retry { id, deadline: None, conn } => simple(&conn, &format!("/v1/jobs/{id}/retry")),
+        ServiceCommand::Retry { id, deadline: Some(d), conn } => {
+            let v = call(&conn, "POST", &format!("/v1/jobs/{id}/retry"), Some(&json!({ "deadline": d })))?;
+            if conn.json { println!("{v}") } else { println!("job {} is {}", v["id"], s(&v["state"])) }
+            Ok(ExitCode::SUCCESS)
+        }
         ServiceCommand::Token(t) => token(t),
     }
 }
