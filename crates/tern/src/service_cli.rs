@@ -89,7 +89,7 @@ impl Conn {
 #[derive(Subcommand)]
 pub enum ServiceCommand {
     /// Hand a transfer to a tern service and return; prints the job id.
-    Submit(SubmitArgs),
+    Submit(Box<SubmitArgs>),
     /// List jobs, newest first.
     Jobs {
         /// Only jobs in this state (queued, running, retrying, succeeded, failed, canceled).
@@ -251,7 +251,7 @@ pub enum TokenCommand {
 
 pub fn run(c: ServiceCommand) -> Result<ExitCode> {
     match c {
-        ServiceCommand::Submit(a) => submit(a),
+        ServiceCommand::Submit(a) => submit(*a),
         ServiceCommand::Jobs { state, limit, conn } => {
             let mut path = format!("/v1/jobs?limit={limit}");
             if let Some(s) = state {
