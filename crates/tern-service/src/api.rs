@@ -260,8 +260,9 @@ pub(crate) async fn load(st: &S, auth: &Auth, id: i64) -> ApiResult<Job> {
 
 async fn submit(State(st): State<S>, auth: Auth, body: Result<Json<JobSpec>, JsonRejection>) -> ApiResult<(StatusCode, Json<Value>)> {
     auth.require(Scope::Transfer)?;
-    let Json(spec) = body?;
+    let Json(mut spec) = body?;
     spec.validate().map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, m))?;
+    spec.fix_deadline(now()).map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, m))?;
     if spec.notify.as_deref().is_some_and(|n| n.starts_with("mailto:")) && !st.mail.load(std::sync::atomic::Ordering::Relaxed) {
         return Err(ApiError::new(StatusCode::BAD_REQUEST, "notify mailto: needs a mail relay, and this service has none (start tern serve with --smtp HOST:PORT), or use an https:// webhook"));
     }
@@ -352,10 +353,37 @@ async fn cancel_job(State(st): State<S>, auth: Auth, Path(id): Path<String>) -> 
     Ok(Json(view(&st, &job)))
 }
 
-async fn retry_job(State(st): State<S>, auth: Auth, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RetryBody {
+    /// A new deadline (RFC 3339 or a duration from now) for a job whose old one passed.
+    deadline: Option<String>,
+}
+
+async fn retry_job(State(st): State<S>, auth: Auth, Path(id): Path<String>, body: axum::body::Bytes) -> ApiResult<Json<Value>> {
     auth.require(Scope::Transfer)?;
     let id = parse_id(&id)?;
+    let req: RetryBody = if body.iter().all(u8::is_ascii_whitespace) {
+        RetryBody::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, format!("retry body: {e} (it may hold only {{\"deadline\": T}})")))?
+    };
     let before = load(&st, &auth, id).await?;
+    let mut spec = before.spec.clone();
+    if let Some(d) = req.deadline {
+        spec.options.deadline = Some(d);
+        spec.validate().map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, m))?;
+        spec.fix_deadline(now()).map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, m))?;
+        let store = st.store.clone();
+        if !blocking(move || store.set_spec(id, &spec)).await? {
+            return Err(ApiError::new(StatusCode::CONFLICT, format!("job {id} is {}; only failed or canceled jobs can be retried", before.state.as_str())));
+        }
+    } else if let Some(d) = spec.deadline_at().filter(|&d| d <= now()) {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("job {id}'s deadline {} has passed; retry it with a later one (tern retry {id} --deadline 6h, or {{\"deadline\": ...}} in the body)", crate::model::rfc3339(d)),
+        ));
+    }
     let store = st.store.clone();
     if !blocking(move || store.requeue(id, now())).await? {
         return Err(ApiError::new(StatusCode::CONFLICT, format!("job {id} is {}; only failed or canceled jobs can be retried", before.state.as_str())));

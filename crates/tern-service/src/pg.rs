@@ -256,6 +256,32 @@ impl JobStore for PgStore {
         Ok(n == 1)
     }
 
+    fn fail_job(&self, id: i64, from: &[JobState], error: &str, progress: Option<&Value>, now: i64) -> StoreResult<bool> {
+        let progress = progress.map(|p| p.to_string());
+        let n = self.with(|c| {
+            c.execute(
+                &format!(
+                    "UPDATE jobs SET state = 'failed', error = $1, progress = COALESCE($2, progress), updated_at = $3, finished_at = $3
+                     WHERE id = $4 AND state IN ({})",
+                    states_sql(from)
+                ),
+                &[&error, &progress, &now, &id],
+            )
+        })?;
+        Ok(n == 1)
+    }
+
+    fn set_spec(&self, id: i64, spec: &JobSpec) -> StoreResult<bool> {
+        let spec_json = serde_json::to_string(spec).map_err(|e| StoreError::Db(e.to_string()))?;
+        let n = self.with(|c| c.execute("UPDATE jobs SET spec = $1 WHERE id = $2 AND state IN ('failed','canceled')", &[&spec_json, &id]))?;
+        Ok(n == 1)
+    }
+
+    fn waiting_with_deadline(&self) -> StoreResult<Vec<Job>> {
+        let rows = self.with(|c| c.query(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE state IN ('queued','retrying') AND (spec::jsonb -> 'options' ->> 'deadline') IS NOT NULL"), &[]))?;
+        rows.iter().map(job_row).collect()
+    }
+
     fn requeue(&self, id: i64, now: i64) -> StoreResult<bool> {
         let n = self.with(|c| {
             c.execute(

@@ -39,6 +39,25 @@ struct Running {
     pid: Option<u32>,
     cancel: bool,
     progress: Option<Value>,
+    /// `options.deadline` as unix seconds.
+    deadline: Option<i64>,
+}
+
+/// How often the scheduler looks for jobs past their deadline.
+const DEADLINE_EVERY: Duration = Duration::from_secs(1);
+
+/// The job's `error` when its deadline passed, with how far it got.
+pub fn deadline_reason(deadline: i64, progress: Option<&Value>) -> String {
+    let t = crate::model::rfc3339(deadline);
+    let f = |k: &str| progress.and_then(|p| p.get(k)).and_then(Value::as_u64).unwrap_or(0);
+    match progress {
+        Some(_) => format!(
+            "deadline passed ({t}) with {} of {} files done; resubmit or retry with a later --deadline",
+            f("files_done") + f("files_skipped"),
+            f("files_total")
+        ),
+        None => format!("deadline passed ({t}) with 0 files done (it had not started); resubmit or retry with a later --deadline"),
+    }
 }
 
 pub struct Runner {
@@ -99,12 +118,17 @@ impl Runner {
 
     /// The scheduler: forever, start runnable jobs (fair by owner) while fewer than `max_jobs` run.
     pub async fn run(self: Arc<Self>) {
+        let mut deadlines_checked = Instant::now().checked_sub(DEADLINE_EVERY).unwrap_or_else(Instant::now);
         loop {
+            if deadlines_checked.elapsed() >= DEADLINE_EVERY {
+                deadlines_checked = Instant::now();
+                self.enforce_deadlines().await;
+            }
             while self.running_count() < self.cfg.max_jobs {
                 let store = self.store.clone();
                 match blocking(move || store.claim_next(now())).await {
                     Ok(Some(job)) => {
-                        self.lock().insert(job.id, Running { pid: None, cancel: false, progress: None });
+                        self.lock().insert(job.id, Running { pid: None, cancel: false, progress: None, deadline: job.spec.deadline_at() });
                         self.changes.send_modify(|v| *v = v.wrapping_add(1));
                         tokio::spawn(self.clone().supervise(job));
                     }
@@ -119,6 +143,67 @@ impl Runner {
         }
     }
 
+    /// Fails jobs past their deadline: a waiting one is never started; a running one is
+    /// `failed` in the database first, then its child is killed (as a cancel is).
+    async fn enforce_deadlines(self: &Arc<Self>) {
+        let t = now();
+        let expired: Vec<(i64, i64, Option<Value>)> = {
+            let mut map = self.lock();
+            map.iter_mut()
+                .filter(|(_, r)| !r.cancel && r.deadline.is_some_and(|d| d <= t))
+                .map(|(id, r)| {
+                    // From here on the supervisor's own outcome cannot land (the job is no
+                    // longer running), and nothing else kills it twice.
+                    r.cancel = true;
+                    (*id, r.deadline.unwrap_or(t), r.progress.clone())
+                })
+                .collect()
+        };
+        for (id, deadline, progress) in expired {
+            let reason = deadline_reason(deadline, progress.as_ref());
+            let store = self.store.clone();
+            let r = reason.clone();
+            let committed = match persist(&format!("job {id}: recording its deadline"), move || store.fail_job(id, &[JobState::Running], &r, progress.as_ref(), now())).await {
+                Ok(true) => {
+                    tracing::info!("job {id}: {reason}");
+                    true
+                }
+                // It ended (or was canceled) meanwhile: that outcome stands.
+                Ok(false) => false,
+                Err(e) => {
+                    tracing::error!("job {id}: cannot record the deadline: {e}");
+                    true
+                }
+            };
+            // Committed: now stop the child, as a cancel does.
+            if committed && let Some(pid) = self.lock().get(&id).and_then(|r| r.pid) {
+                kill_group(pid);
+            }
+            self.poke();
+        }
+        let store = self.store.clone();
+        let waiting = match blocking(move || store.waiting_with_deadline()).await {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::warn!("deadlines: {e}");
+                return;
+            }
+        };
+        for job in waiting {
+            let Some(deadline) = job.spec.deadline_at().filter(|&d| d <= t) else { continue };
+            let reason = deadline_reason(deadline, job.progress.as_ref());
+            let (store, id, r) = (self.store.clone(), job.id, reason.clone());
+            if let Ok(true) = persist(&format!("job {id}: recording its deadline"), move || store.fail_job(id, &[JobState::Queued, JobState::Retrying], &r, None, now())).await {
+                tracing::info!("job {id}: {reason}");
+                self.poke();
+                let store = self.store.clone();
+                if let Ok(Some(j)) = blocking(move || store.get_job(id)).await {
+                    (self.on_done)(j);
+                }
+            }
+        }
+    }
+
     async fn supervise(self: Arc<Self>, job: Job) {
         // A cancel that landed between the claim and our entry in `running` found nothing to
         // kill: look again now that `kill` can see us (it sets `cancel` from here on).
@@ -126,6 +211,24 @@ impl Runner {
         if !matches!(blocking(move || store.get_job(id)).await, Ok(Some(j)) if j.state == JobState::Running) {
             self.lock().remove(&id);
             self.poke();
+            return;
+        }
+        // Claimed after its deadline (it was waiting for a slot): never started.
+        if let Some(deadline) = job.spec.deadline_at().filter(|&d| d <= now()) {
+            let reason = deadline_reason(deadline, None);
+            let store = self.store.clone();
+            let r = reason.clone();
+            if let Ok(true) = persist(&format!("job {id}: recording its deadline"), move || store.fail_job(id, &[JobState::Running], &r, None, now())).await {
+                tracing::info!("job {id}: {reason}");
+            }
+            self.lock().remove(&id);
+            self.poke();
+            let store = self.store.clone();
+            if let Ok(Some(j)) = blocking(move || store.get_job(id)).await
+                && j.state.is_terminal()
+            {
+                (self.on_done)(j);
+            }
             return;
         }
         let attempt = self.attempt(&job).await;

@@ -223,6 +223,37 @@ impl JobStore for SqliteStore {
         Ok(n == 1)
     }
 
+    fn fail_job(&self, id: i64, from: &[JobState], error: &str, progress: Option<&Value>, now: i64) -> StoreResult<bool> {
+        let c = self.lock();
+        let n = c
+            .execute(
+                &format!(
+                    "UPDATE jobs SET state = 'failed', error = ?1, progress = COALESCE(?2, progress), updated_at = ?3, finished_at = ?3
+                     WHERE id = ?4 AND state IN ({})",
+                    states_sql(from)
+                ),
+                params![error, progress.map(|p| p.to_string()), now, id],
+            )
+            .map_err(db)?;
+        Ok(n == 1)
+    }
+
+    fn set_spec(&self, id: i64, spec: &JobSpec) -> StoreResult<bool> {
+        let spec_json = serde_json::to_string(spec).map_err(|e| StoreError::Db(e.to_string()))?;
+        let c = self.lock();
+        let n = c.execute("UPDATE jobs SET spec = ?1 WHERE id = ?2 AND state IN ('failed','canceled')", params![spec_json, id]).map_err(db)?;
+        Ok(n == 1)
+    }
+
+    fn waiting_with_deadline(&self) -> StoreResult<Vec<Job>> {
+        let c = self.lock();
+        let mut st = c
+            .prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE state IN ('queued','retrying') AND json_extract(spec, '$.options.deadline') IS NOT NULL"))
+            .map_err(db)?;
+        let rows = st.query_map([], job_row).map_err(db)?;
+        rows.map(|r| r.map_err(db).and_then(|x| x)).collect()
+    }
+
     fn requeue(&self, id: i64, now: i64) -> StoreResult<bool> {
         let c = self.lock();
         let n = c

@@ -73,6 +73,15 @@ pub trait JobStore: Send + Sync + 'static {
     /// Ends an attempt of a running job: terminal state, or `retrying` until `not_before`.
     /// False if the job was no longer running (e.g. canceled meanwhile).
     fn finish_attempt(&self, id: i64, to: JobState, summary: Option<&Value>, error: Option<&str>, not_before: i64, now: i64) -> StoreResult<bool>;
+    /// Fails a job that is in one of `from` with `error` (a passed deadline), keeping `progress`
+    /// as its last progress when given. False if it was in another state.
+    fn fail_job(&self, id: i64, from: &[JobState], error: &str, progress: Option<&Value>, now: i64) -> StoreResult<bool>;
+    /// Queued or retrying jobs that have a deadline (`options.deadline`), for the runner to
+    /// fail those past it.
+    fn waiting_with_deadline(&self) -> StoreResult<Vec<Job>>;
+    /// Replaces the spec of a failed or canceled job (a retry with a new deadline); false if
+    /// the job is in another state.
+    fn set_spec(&self, id: i64, spec: &JobSpec) -> StoreResult<bool>;
     /// An explicit retry: failed/canceled → queued with attempts reset.
     fn requeue(&self, id: i64, now: i64) -> StoreResult<bool>;
     /// At start-up: attempts that were running when the service died go back to the queue.

@@ -106,6 +106,35 @@ fn progress_requeue_and_notifications(b: &dyn Backend) {
     assert!(!s.requeue(j.id, 5).unwrap());
 }
 
+fn deadlines_fail_waiting_and_running_jobs(b: &dyn Backend) {
+    let s = b.open("deadline");
+    let mut d = spec(false);
+    d.options.deadline = Some("2026-11-22T06:00:00Z".into());
+    let plain = s.insert_job(&spec(false), None, 1).unwrap();
+    let run = s.insert_job(&d, None, 1).unwrap();
+    let wait = s.insert_job(&d, None, 1).unwrap();
+    // Only waiting jobs that have a deadline are candidates.
+    assert_eq!(s.waiting_with_deadline().unwrap().iter().map(|j| j.id).collect::<Vec<_>>(), vec![run.id, wait.id]);
+    assert_eq!(s.claim_next(2).unwrap().unwrap().id, plain.id);
+    assert_eq!(s.claim_next(2).unwrap().unwrap().id, run.id);
+    assert_eq!(s.waiting_with_deadline().unwrap().iter().map(|j| j.id).collect::<Vec<_>>(), vec![wait.id]);
+    // Compare-and-set: a running job is failed from `running` only, with its last progress.
+    let p = serde_json::json!({"files_done": 1, "files_total": 3});
+    assert!(!s.fail_job(run.id, &[JobState::Queued, JobState::Retrying], "x", None, 3).unwrap());
+    assert!(s.fail_job(run.id, &[JobState::Running], "deadline passed", Some(&p), 3).unwrap());
+    let j = s.get_job(run.id).unwrap().unwrap();
+    assert_eq!((j.state, j.error.as_deref(), j.finished_at, j.progress), (JobState::Failed, Some("deadline passed"), Some(3), Some(p)));
+    // The child's late exit changes nothing.
+    assert!(!s.finish_attempt(run.id, JobState::Succeeded, None, None, 0, 4).unwrap());
+    assert!(s.fail_job(wait.id, &[JobState::Queued, JobState::Retrying], "deadline passed", None, 3).unwrap());
+    assert!(s.waiting_with_deadline().unwrap().is_empty());
+    // A retry with a new deadline: the spec of a failed job is replaced, not of a running one.
+    d.options.deadline = Some("2027-01-01T00:00:00Z".into());
+    assert!(s.set_spec(wait.id, &d).unwrap());
+    assert!(!s.set_spec(plain.id, &d).unwrap());
+    assert_eq!(s.get_job(wait.id).unwrap().unwrap().spec.options.deadline.as_deref(), Some("2027-01-01T00:00:00Z"));
+}
+
 fn list_filters_newest_first(b: &dyn Backend) {
     let s = b.open("list");
     let ids: Vec<i64> = (0..5).map(|i| s.insert_job(&spec(false), Some(if i % 2 == 0 { "alice" } else { "bob" }), i).unwrap().id).collect();
@@ -212,6 +241,7 @@ fn run_suite(b: &dyn Backend) {
         ("retrying_jobs_wait_for_their_backoff", retrying_jobs_wait_for_their_backoff),
         ("progress_requeue_and_notifications", progress_requeue_and_notifications),
         ("list_filters_newest_first", list_filters_newest_first),
+        ("deadlines_fail_waiting_and_running_jobs", deadlines_fail_waiting_and_running_jobs),
         ("tokens_hashed_revoked_and_expiring", tokens_hashed_revoked_and_expiring),
         ("concurrent_claims_never_double_claim", concurrent_claims_never_double_claim),
         ("claims_share_slots_fairly_between_owners", claims_share_slots_fairly_between_owners),

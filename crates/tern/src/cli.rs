@@ -161,6 +161,10 @@ pub(crate) struct Common {
     /// Keep reconnecting after network errors for this many seconds.
     #[arg(long, default_value = "120")]
     retry_for: u64,
+    /// Stop the whole transfer at the first file that fails (permission denied, no space, ...)
+    /// and exit non-zero, instead of recording it and copying the rest.
+    #[arg(long)]
+    pub(crate) fail_fast: bool,
 }
 
 #[derive(Args)]
@@ -224,7 +228,21 @@ fn transfer(srcs: &[String], dst: &str, recursive: bool, sync: bool, checksum: b
     let display = (!c.quiet && !c.json && std::io::IsTerminal::is_terminal(&std::io::stderr())).then(|| output::Display::start(progress.clone()));
     let ticker = c.progress_json.then(|| output::JsonTicker::start(progress.clone()));
     let started = Instant::now();
+    if c.fail_fast {
+        let (p, json) = (progress.clone(), c.json);
+        std::thread::spawn(move || {
+            loop {
+                std::thread::sleep(Duration::from_millis(50));
+                if !p.errors.lock().unwrap().is_empty() {
+                    stop_at_first_failure(&p, started, json);
+                }
+            }
+        });
+    }
     let result = tern_engine::session::run(&spec, &progress);
+    if c.fail_fast && !progress.errors.lock().unwrap().is_empty() {
+        stop_at_first_failure(&progress, started, c.json);
+    }
     let seconds = started.elapsed().as_secs_f64();
     if let Some(d) = display {
         d.finish();
@@ -233,6 +251,29 @@ fn transfer(srcs: &[String], dst: &str, recursive: bool, sync: bool, checksum: b
         t.finish();
     }
     Ok(output::report(&progress, result, seconds, c.json, c.dry_run))
+}
+
+/// `--fail-fast`: the first per-file error ends the transfer (and this process) as a failure,
+/// reported as one line naming the file. The engine's other threads and any ssh child die with
+/// the process; what landed is verified and journaled, so a re-run resumes.
+fn stop_at_first_failure(p: &Progress, started: Instant, json: bool) -> ! {
+    static STOPPING: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    {
+        let mut s = STOPPING.lock().unwrap_or_else(|e| e.into_inner());
+        if *s {
+            drop(s);
+            // The other caller is reporting and exits the process.
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+        *s = true;
+    }
+    let mut first = std::mem::take(&mut *p.errors.lock().unwrap()).swap_remove(0);
+    first.message = format!("{}; stopped at the first failure (--fail-fast)", first.message);
+    let _ = output::report(p, Err(first), started.elapsed().as_secs_f64(), json, false);
+    let _ = std::io::Write::flush(&mut std::io::stdout());
+    std::process::exit(1);
 }
 
 /// The engine's settings for a copy, as `cp` and `sync` use them and `watch` per unit.

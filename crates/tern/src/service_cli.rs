@@ -89,7 +89,7 @@ impl Conn {
 #[derive(Subcommand)]
 pub enum ServiceCommand {
     /// Hand a transfer to a tern service and return; prints the job id.
-    Submit(SubmitArgs),
+    Submit(Box<SubmitArgs>),
     /// List jobs, newest first.
     Jobs {
         /// Only jobs in this state (queued, running, retrying, succeeded, failed, canceled).
@@ -124,6 +124,9 @@ pub enum ServiceCommand {
     /// Queue a failed or canceled job again (it resumes: verified data is not re-sent).
     Retry {
         id: u64,
+        /// A new deadline (RFC 3339 or 90m, 6h, 2d from now), for a job whose deadline passed.
+        #[arg(long)]
+        deadline: Option<String>,
         #[command(flatten)]
         conn: Conn,
     },
@@ -181,6 +184,13 @@ pub struct SubmitArgs {
     /// The ssh command for host: endpoints (admin tokens only).
     #[arg(long)]
     ssh: Option<String>,
+    /// Passed to the transfer: the first file that fails fails the whole job.
+    #[arg(long)]
+    fail_fast: bool,
+    /// Fail the job if it has not finished by then: an RFC 3339 time (2026-11-22T06:00:00Z) or
+    /// a duration from now (90m, 6h, 2d). A running transfer is stopped at the deadline.
+    #[arg(long)]
+    deadline: Option<String>,
     /// tern's path on the remote host.
     #[arg(long)]
     remote_bin: Option<String>,
@@ -241,7 +251,7 @@ pub enum TokenCommand {
 
 pub fn run(c: ServiceCommand) -> Result<ExitCode> {
     match c {
-        ServiceCommand::Submit(a) => submit(a),
+        ServiceCommand::Submit(a) => submit(*a),
         ServiceCommand::Jobs { state, limit, conn } => {
             let mut path = format!("/v1/jobs?limit={limit}");
             if let Some(s) = state {
@@ -265,7 +275,12 @@ pub fn run(c: ServiceCommand) -> Result<ExitCode> {
         }
         ServiceCommand::Wait { id, timeout, conn } => wait(id, timeout, &conn),
         ServiceCommand::Cancel { id, conn } => simple(&conn, &format!("/v1/jobs/{id}/cancel")),
-        ServiceCommand::Retry { id, conn } => simple(&conn, &format!("/v1/jobs/{id}/retry")),
+        ServiceCommand::Retry { id, deadline: None, conn } => simple(&conn, &format!("/v1/jobs/{id}/retry")),
+        ServiceCommand::Retry { id, deadline: Some(d), conn } => {
+            let v = call(&conn, "POST", &format!("/v1/jobs/{id}/retry"), Some(&json!({ "deadline": d })))?;
+            if conn.json { println!("{v}") } else { println!("job {} is {}", v["id"], s(&v["state"])) }
+            Ok(ExitCode::SUCCESS)
+        }
         ServiceCommand::Token(t) => token(t),
     }
 }
@@ -301,6 +316,9 @@ fn gb(b: f64) -> String {
 fn print_status(j: &Value) {
     println!("job {}  {}  (attempt {}{})", j["id"], s(&j["state"]), j["attempts"], j["spec"]["label"].as_str().map(|l| format!(", label {l}")).unwrap_or_default());
     println!("  {} -> {}{}", s(&j["spec"]["src"]), s(&j["spec"]["dst"]), if j["spec"]["sync"] == json!(true) { " (sync)" } else { "" });
+    if let Some(d) = j["spec"]["options"]["deadline"].as_str() {
+        println!("  deadline: {d}");
+    }
     let (p, sum) = (&j["progress"], &j["summary"]);
     // A finished attempt's summary supersedes its last progress sample.
     if p.is_object() && !(sum.is_object() && j["state"] != "running") {
@@ -397,6 +415,8 @@ fn submit(a: SubmitArgs) -> Result<ExitCode> {
     put("dst_token_file", json!(a.dst_token_file));
     put("ssh", json!(a.ssh));
     put("remote_bin", json!(a.remote_bin));
+    put("fail_fast", json!(a.fail_fast));
+    put("deadline", json!(a.deadline));
     if a.watch {
         let w = json!({ "ready": a.ready, "on_arrival": a.on_arrival, "in_order": a.in_order, "delete_after_verified": a.delete_after_verified, "until": a.until, "max_units": a.max_units });
         let w: serde_json::Map<String, Value> = w.as_object().unwrap().iter().filter(|(_, v)| !v.is_null() && **v != json!(false)).map(|(k, v)| (k.clone(), v.clone())).collect();

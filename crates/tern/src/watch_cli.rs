@@ -65,6 +65,9 @@ pub fn run(a: WatchArgs) -> Result<ExitCode> {
     if c.dry_run {
         bail!("tern watch has no --dry-run");
     }
+    if c.fail_fast {
+        bail!("tern watch has no --fail-fast (it applies to tern cp and tern sync)");
+    }
     let src_str = a.src_dir.display().to_string();
     if !a.src_dir.is_dir() {
         bail!("{src_str}: not a directory (tern watch runs where the output is written and watches a local directory)");

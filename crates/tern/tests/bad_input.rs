@@ -259,3 +259,33 @@ fn symlink_pointing_out_of_the_tree_is_refused() {
     assert!(dst.join("a").is_file() && fs::read_link(dst.join("fine")).is_ok());
     assert!(fs::symlink_metadata(dst.join("evil")).is_err());
 }
+
+#[test]
+fn fail_fast_stops_at_the_unreadable_file() {
+    let t = tempfile::tempdir().unwrap();
+    open_dir(t.path());
+    let src = t.path().join("src");
+    for i in 0..8u64 {
+        write_file(&src.join(format!("f{i}")), i, 20_000);
+        fs::set_permissions(src.join(format!("f{i}")), fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    fs::set_permissions(src.join("f0"), fs::Permissions::from_mode(0o000)).unwrap();
+    fs::set_permissions(&src, fs::Permissions::from_mode(0o755)).unwrap();
+    let dst = t.path().join("out");
+    fs::create_dir(&dst).unwrap();
+    open_dir(&dst);
+    // Without the flag: the one file fails, the others land.
+    let Some(r) = as_nobody(&["cp", "-r", src.to_str().unwrap(), dst.join("all").to_str().unwrap()]) else { return };
+    assert!(!r.ok());
+    assert!((1..8).all(|i| dst.join(format!("all/f{i}")).is_file()));
+    assert_eq!(r.json["files_failed"], 1);
+    // With it: non-zero, one line naming the file and saying why the copy stopped.
+    let Some(r) = as_nobody(&["cp", "-r", "--fail-fast", src.to_str().unwrap(), dst.join("ff").to_str().unwrap()]) else { return };
+    assert!(!r.ok());
+    let e = r.stderr();
+    assert!(e.contains("source:") && e.contains("f0") && e.contains("Permission denied") && e.contains("stopped at the first failure (--fail-fast)"), "{e}");
+    assert_eq!(e.lines().count(), 1, "one line: {e}");
+    assert_eq!(r.json["ok"], false);
+    assert!(r.json["errors"][0]["message"].as_str().unwrap().contains("--fail-fast"), "{}", r.json);
+    assert!(!dst.join("ff/f0").exists());
+}

@@ -850,3 +850,107 @@ fn slurm_example_script_exits_with_the_transfer_outcome() {
     let v: Value = serde_json::from_str(&out).unwrap();
     assert!(v["jobs"].as_array().unwrap().iter().all(|j| j["spec"]["label"] == "4242"), "labelled with the batch job id: {v}");
 }
+
+/// Processes whose parent is `pid` (the service's transfer children).
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else { continue };
+        // pid (comm) state ppid ...: comm may hold spaces, so parse after the last ')'.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r.to_string()) else { continue };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        if f.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(pid) {
+            out.push(e.file_name().to_string_lossy().parse().unwrap_or(0));
+        }
+    }
+    out
+}
+
+#[test]
+fn service_deadline_fails_a_slow_job_and_one_still_queued() {
+    let t = scratch();
+    let s = Service::start(t.path(), &[], &["--max-jobs", "1"]);
+    let admin = s.admin();
+    write_file(&t.path().join("src/a"), 1, 100_000);
+    write_file(&t.path().join("src/big"), 7, 16 << 20);
+    let dst = t.path().join("dst");
+    // 16 MiB at 1 MB/s: far from done when the deadline, 3 s away, passes.
+    let id = submit(&s, &admin, &[t.path().join("src").to_str().unwrap(), dst.to_str().unwrap(), "--bwlimit", "1M", "--streams", "1", "--chunk-size", "64K", "--deadline", "3s"]);
+    // Behind it (one slot): never started before its own deadline.
+    let queued = submit(&s, &admin, &[t.path().join("src").to_str().unwrap(), t.path().join("dst2").to_str().unwrap(), "--deadline", "2s"]);
+    let c = s.client(&admin);
+    let j = job(&c, id);
+    let d = j["spec"]["options"]["deadline"].as_str().unwrap().to_string();
+    assert!(d.ends_with('Z') && d.len() == 20, "stored as RFC 3339: {j}");
+    let (code, out, _) = s.cli(&admin, &["status", &id.to_string()]);
+    assert_eq!(code, 0);
+    assert!(out.contains(&format!("deadline: {d}")), "{out}");
+    let started = Instant::now();
+    let (code, _, _) = s.cli(&admin, &["wait", &id.to_string()]);
+    assert_eq!(code, 1, "wait exits 1 for a failed job");
+    assert!(started.elapsed() < Duration::from_secs(12), "failed at the deadline, not at the end: {:?}", started.elapsed());
+    let j = job(&c, id);
+    assert_eq!(j["state"], "failed", "{j}");
+    let e = j["error"].as_str().unwrap();
+    assert!(e.starts_with(&format!("deadline passed ({d}) with ")) && e.contains(" files done; resubmit or retry with a later --deadline"), "{e}");
+    assert!(e.contains("of 2 files done"), "{e}");
+    // The child is gone, and the job stays failed.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(children_of(s.child.id()).is_empty(), "transfer child still running: {:?}", children_of(s.child.id()));
+    assert!(!dst.join("big").exists(), "an unfinished file must not land under its final name");
+    assert_eq!(job(&c, id)["state"], "failed");
+    let q = job(&c, queued);
+    assert_eq!(q["state"], "failed", "{q}");
+    assert!(q["error"].as_str().unwrap().contains("deadline passed") && q["started_at"].is_null(), "{q}");
+    assert!(!t.path().join("dst2").exists());
+    // A retry needs a later deadline, and then runs.
+    let (code, _, err) = s.cli(&admin, &["retry", &queued.to_string()]);
+    assert_ne!(code, 0);
+    assert!(err.contains("has passed") && err.contains("--deadline"), "{err}");
+    let (code, out, err) = s.cli(&admin, &["retry", &queued.to_string(), "--deadline", "1h"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("queued"), "{out}");
+    assert_eq!(s.cli(&admin, &["wait", &queued.to_string()]).0, 0);
+    assert!(t.path().join("dst2/big").is_file());
+}
+
+#[test]
+fn service_refuses_a_past_deadline_at_submit() {
+    let t = scratch();
+    let s = Service::start(t.path(), &[], &[]);
+    let admin = s.admin();
+    let (src, dst) = (t.path().join("src"), t.path().join("dst"));
+    write_file(&src.join("a"), 1, 10);
+    let (code, _, err) = s.cli(&admin, &["submit", src.to_str().unwrap(), dst.to_str().unwrap(), "--deadline", "2020-01-01T00:00:00Z"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("options.deadline 2020-01-01T00:00:00Z is in the past") && err.contains("give a later time"), "{err}");
+    let (code, _, err) = s.cli(&admin, &["submit", src.to_str().unwrap(), dst.to_str().unwrap(), "--deadline", "tomorrow"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("RFC 3339"), "{err}");
+    let body = json!({ "src": src.to_str().unwrap(), "dst": dst.to_str().unwrap(), "options": { "deadline": "2020-01-01T00:00:00Z" } });
+    assert_eq!(s.client(&admin).call("POST", "/v1/jobs", Some(&body)).unwrap_err().status, 400);
+    assert!(s.client(&admin).call("GET", "/v1/jobs", None).unwrap()["jobs"].as_array().unwrap().is_empty(), "nothing was queued");
+}
+
+#[test]
+fn service_fail_fast_job_ends_failed_at_the_first_file() {
+    let t = scratch();
+    let s = Service::start(t.path(), &[], &[]);
+    let admin = s.admin();
+    let src = t.path().join("src");
+    for i in 0..6u64 {
+        write_file(&src.join(format!("f{i}")), i, 50_000);
+    }
+    // A directory where f3 should land: a permanent per-file fault, even for root.
+    let dst = t.path().join("dst");
+    std::fs::create_dir_all(dst.join("src/f3/keep")).unwrap();
+    let id = submit(&s, &admin, &[src.to_str().unwrap(), dst.to_str().unwrap(), "--fail-fast"]);
+    let (code, _, _) = s.cli(&admin, &["wait", &id.to_string()]);
+    assert_eq!(code, 1);
+    let j = job(&s.client(&admin), id);
+    assert_eq!(j["state"], "failed", "{j}");
+    assert_eq!(j["spec"]["options"]["fail_fast"], true);
+    let e = j["error"].as_str().unwrap();
+    assert!(e.contains("src/f3") && e.contains("stopped at the first failure (--fail-fast)"), "{e}");
+    assert_eq!(j["attempts"], 1, "a permanent failure is not retried: {j}");
+}
