@@ -909,7 +909,8 @@ fn service_deadline_fails_a_slow_job_and_one_still_queued() {
     assert!(err.contains("has passed") && err.contains("--deadline"), "{err}");
     let (code, out, err) = s.cli(&admin, &["retry", &queued.to_string(), "--deadline", "1h"]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("queued"), "{out}");
+    // The runner may claim it before the CLI prints its state.
+    assert!(out.contains("queued") || out.contains("running"), "{out}");
     assert_eq!(s.cli(&admin, &["wait", &queued.to_string()]).0, 0);
     assert!(t.path().join("dst2/big").is_file());
 }
