@@ -22,7 +22,7 @@ fn pair(a_extra: &[&str]) -> Pair {
     for d in ["a", "b"] {
         fs::create_dir(t.path().join(d)).unwrap();
     }
-    let a = Daemon::start_with(&t.path().join("a"), &t.path().join("token-a"), free_port(), &[], a_extra);
+    let a = Daemon::start_with(&t.path().join("a"), &t.path().join("token-a"), 0, &[], a_extra);
     let b = Daemon::start(&t.path().join("b"), &t.path().join("token-b"));
     Pair { t, a, b }
 }
@@ -72,7 +72,7 @@ fn copies_a_tree_from_daemon_to_daemon_without_the_data_passing_the_client() {
     for d in ["a", "b"] {
         fs::create_dir(t.path().join(d)).unwrap();
     }
-    let a = Daemon::start_on(&t.path().join("a"), &t.path().join("token-a"), free_port(), &[("TERN_FAULT_DELAY_MS", "25")]);
+    let a = Daemon::start_on(&t.path().join("a"), &t.path().join("token-a"), 0, &[("TERN_FAULT_DELAY_MS", "25")]);
     let b = Daemon::start(&t.path().join("b"), &t.path().join("token-b"));
     let p = Pair { t, a, b };
     let big = 64 << 20;
@@ -195,7 +195,7 @@ fn pair_with_faults(env: &[(&str, &str)]) -> (tempfile::TempDir, Daemon, Daemon)
     for d in ["a", "b"] {
         fs::create_dir(t.path().join(d)).unwrap();
     }
-    let a = Daemon::start_on(&t.path().join("a"), &t.path().join("token-a"), free_port(), env);
+    let a = Daemon::start_on(&t.path().join("a"), &t.path().join("token-a"), 0, env);
     let b = Daemon::start(&t.path().join("b"), &t.path().join("token-b"));
     (t, a, b)
 }
@@ -220,7 +220,7 @@ fn a_cut_data_stream_is_survived() {
         fs::create_dir(t.path().join(d)).unwrap();
     }
     let env = [("TERN_FAULT_CUT_AFTER", "20971520")];
-    let a = Daemon::start_on(&t.path().join("a"), &t.path().join("token-a"), free_port(), &env);
+    let a = Daemon::start_on(&t.path().join("a"), &t.path().join("token-a"), 0, &env);
     let b = Daemon::start(&t.path().join("b"), &t.path().join("token-b"));
     source_tree(&t.path().join("a/src"), 48 << 20);
     let r = tern(&["cp", "-r", "--chunk-size", "1M", "--streams", "4", &a.url("/src"), &b.url("/copy"), "--token-file", &a.token_arg(), "--dst-token-file", &b.token_arg()], &[]);

@@ -190,21 +190,38 @@ pub struct Daemon {
 }
 
 impl Daemon {
+    /// On a port the daemon picks itself: a port chosen here and released before the daemon
+    /// binds it can be taken in between by another test's listener (seen in CI).
     pub fn start(root: &Path, token: &Path) -> Self {
-        Self::start_on(root, token, free_port(), &[])
+        Self::start_on(root, token, 0, &[])
     }
     pub fn start_on(root: &Path, token: &Path, port: u16, env: &[(&str, &str)]) -> Self {
         Self::start_with(root, token, port, env, &[])
     }
-    /// With extra `tern serve` arguments (e.g. `--hook NAME=CMD`).
+    /// With extra `tern serve` arguments (e.g. `--hook NAME=CMD`). Port 0: the daemon's choice,
+    /// read from its "listening on" line.
     pub fn start_with(root: &Path, token: &Path, port: u16, env: &[(&str, &str)], extra: &[&str]) -> Self {
         let mut cmd = Command::new(tern_bin());
         cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--root"]).arg(root).arg("--token-file").arg(token).args(extra);
-        cmd.stdout(Stdio::null()).stderr(Stdio::null());
+        cmd.stdout(Stdio::null()).stderr(Stdio::piped());
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let child = cmd.spawn().unwrap();
+        let mut child = cmd.spawn().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        // Reads the listening line, then keeps draining so the daemon never blocks on a full pipe.
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(rest) = line.split("listening on 127.0.0.1:").nth(1)
+                    && let Some(p) = rest.split_whitespace().next().and_then(|p| p.parse::<u16>().ok())
+                {
+                    let _ = tx.send(p);
+                }
+            }
+        });
+        let port = rx.recv_timeout(Duration::from_secs(10)).unwrap_or_else(|_| panic!("daemon did not start (exit: {:?})", child.try_wait()));
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "daemon did not start");
