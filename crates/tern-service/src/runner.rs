@@ -196,10 +196,7 @@ impl Runner {
             if let Ok(true) = persist(&format!("job {id}: recording its deadline"), move || store.fail_job(id, &[JobState::Queued, JobState::Retrying], &r, None, now())).await {
                 tracing::info!("job {id}: {reason}");
                 self.poke();
-                let store = self.store.clone();
-                if let Ok(Some(j)) = blocking(move || store.get_job(id)).await {
-                    (self.on_done)(j);
-                }
+                self.notify_if_terminal(id).await;
             }
         }
     }
@@ -221,14 +218,7 @@ impl Runner {
             if let Ok(true) = persist(&format!("job {id}: recording its deadline"), move || store.fail_job(id, &[JobState::Running], &r, None, now())).await {
                 tracing::info!("job {id}: {reason}");
             }
-            self.lock().remove(&id);
-            self.poke();
-            let store = self.store.clone();
-            if let Ok(Some(j)) = blocking(move || store.get_job(id)).await
-                && j.state.is_terminal()
-            {
-                (self.on_done)(j);
-            }
+            self.release(id).await;
             return;
         }
         let attempt = self.attempt(&job).await;
@@ -242,9 +232,18 @@ impl Runner {
             Ok(false) => tracing::info!("job {id}: attempt ended after the job was canceled"),
             Err(e) => tracing::error!("job {id}: cannot record the outcome: {e}"),
         }
+        self.release(id).await;
+    }
+
+    /// Frees the job's run slot and notifies with whatever the database now says (a cancel may
+    /// have won the race with the attempt's outcome).
+    async fn release(&self, id: i64) {
         self.lock().remove(&id);
         self.poke();
-        // Tell the webhook whatever the database now says (a cancel may have won).
+        self.notify_if_terminal(id).await;
+    }
+
+    async fn notify_if_terminal(&self, id: i64) {
         let store = self.store.clone();
         if let Ok(Some(j)) = blocking(move || store.get_job(id)).await
             && j.state.is_terminal()
