@@ -7,6 +7,7 @@
 
 pub mod auth;
 pub mod chunk;
+pub mod filter;
 pub mod data;
 pub mod frame;
 pub mod msg;

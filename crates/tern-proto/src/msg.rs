@@ -4,6 +4,7 @@ use crate::frame::encode_frame;
 use crate::path::validate_relative;
 use crate::wire::{Reader, Writer};
 use crate::{ProtoError, limits};
+use crate::filter::{FilterRule, MAX_FILTER_RULES, MAX_PATTERN, RuleKind};
 
 /// Which end of the transfer an error belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +115,9 @@ impl Options {
 /// client checks it on both daemons before starting one, so an older daemon fails with a clear
 /// message instead of a protocol error or failing stream proofs.
 pub const FEATURE_THIRD_PARTY: u64 = 1;
+/// Hello feature bit: this peer applies include/exclude rules sent in `Filters`. A client with
+/// rules refuses to go on without it: an older peer would silently copy (or delete) everything.
+pub const FEATURE_FILTERS: u64 = 4;
 
 /// Longest data address in `Ready` and `Dial` (`host:port`).
 pub const MAX_ADDR: usize = 256;
@@ -177,6 +181,8 @@ pub enum Control {
     /// receiving daemon's data address) for its session `session_id`, proving them with `ticket`
     /// (derived from the receiver's session key, see `auth::stream_ticket`).
     Dial { addr: Vec<u8>, session_id: [u8; 16], ticket: [u8; 32] },
+    /// Before `Open`: the include/exclude rules of this transfer, in order.
+    Filters(Vec<FilterRule>),
 }
 
 const MAGIC: &[u8; 4] = b"TERN";
@@ -204,6 +210,7 @@ impl Control {
             Control::Hook { .. } => 18,
             Control::HookDone { .. } => 19,
             Control::Dial { .. } => 20,
+            Control::Filters(_) => 22,
         }
     }
 
@@ -311,6 +318,12 @@ impl Control {
             }
             Control::Dial { addr, session_id, ticket } => {
                 w.bytes(addr).raw(session_id).raw(ticket);
+            }
+            Control::Filters(rules) => {
+                w.u32(rules.len() as u32);
+                for r in rules {
+                    w.u8(u8::from(r.kind == RuleKind::Include)).bytes(r.pattern.as_bytes());
+                }
             }
         }
         encode_frame(self.type_byte(), &w.buf)
@@ -472,6 +485,24 @@ impl Control {
             }
             19 => Control::HookDone { status: r.u32("hook status")? as i32, output: r.message()? },
             20 => Control::Dial { addr: r.bytes("dial address", MAX_ADDR)?.to_vec(), session_id: r.array("session_id")?, ticket: r.array("ticket")? },
+            22 => {
+                let n = r.u32("filter rules")? as usize;
+                if n > MAX_FILTER_RULES {
+                    return Err(ProtoError::TooLong { what: "filter rules", len: n, max: MAX_FILTER_RULES });
+                }
+                let mut rules = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let kind = match r.u8("rule kind")? {
+                        0 => RuleKind::Exclude,
+                        1 => RuleKind::Include,
+                        _ => return Err(ProtoError::Invalid { what: "rule kind", why: "unknown value" }),
+                    };
+                    let pattern = r.bytes("filter pattern", MAX_PATTERN)?;
+                    let pattern = std::str::from_utf8(pattern).map_err(|_| ProtoError::Invalid { what: "filter pattern", why: "not UTF-8" })?.to_string();
+                    rules.push(FilterRule { kind, pattern });
+                }
+                Control::Filters(rules)
+            }
             other => return Err(ProtoError::UnknownType(other)),
         };
         r.finish()?;
@@ -551,6 +582,7 @@ mod tests {
         roundtrip(Control::Hook { name: "analyze".into(), path: b"/incoming/snap_003".to_vec() });
         roundtrip(Control::HookDone { status: -1, output: "killed".into() });
         roundtrip(Control::Dial { addr: b"[2001:db8::7]:7700".to_vec(), session_id: [6; 16], ticket: [7; 32] });
+        roundtrip(Control::Filters(vec![FilterRule::include("*/"), FilterRule::exclude("/run*/**/*.tmp")]));
         let mut tp = opts;
         tp.set_third_party(true);
         assert!(tp.third_party() && !opts.third_party());
@@ -592,6 +624,19 @@ mod tests {
         let mut w = Writer::new();
         w.u32(u32::MAX);
         assert!(matches!(Control::decode(10, &w.buf), Err(ProtoError::TooLong { .. })));
+    }
+
+    #[test]
+    fn refuses_too_many_or_too_long_filter_rules() {
+        let mut w = Writer::new();
+        w.u32(MAX_FILTER_RULES as u32 + 1);
+        assert!(matches!(Control::decode(22, &w.buf), Err(ProtoError::TooLong { .. })));
+        let mut w = Writer::new();
+        w.u32(1).u8(0).bytes(&[b'a'; MAX_PATTERN + 1]);
+        assert!(matches!(Control::decode(22, &w.buf), Err(ProtoError::TooLong { .. })));
+        let mut w = Writer::new();
+        w.u32(1).u8(7).bytes(b"*");
+        assert!(Control::decode(22, &w.buf).is_err());
     }
 
     #[test]
