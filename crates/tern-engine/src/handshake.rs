@@ -1,7 +1,7 @@
 //! The control handshake: versions, mutual proof of the shared secret, and the session key.
 
 use tern_proto::auth::{Party, control_proof, proofs_equal, session_key};
-use tern_proto::msg::{FEATURE_THIRD_PARTY, negotiate_version};
+use tern_proto::msg::{FEATURE_FILTERS, FEATURE_THIRD_PARTY, negotiate_version};
 use tern_proto::{Control, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
 
 use crate::control::{CtrlReader, CtrlWriter};
@@ -9,7 +9,7 @@ use crate::error::{Side, TransferError};
 use crate::transport::random;
 
 fn hello() -> Control {
-    Control::Hello { min_version: MIN_PROTOCOL_VERSION, max_version: PROTOCOL_VERSION, features: FEATURE_THIRD_PARTY }
+    Control::Hello { min_version: MIN_PROTOCOL_VERSION, max_version: PROTOCOL_VERSION, features: FEATURE_THIRD_PARTY | FEATURE_FILTERS }
 }
 
 /// The peer's feature bits, once the versions intersect.

@@ -19,6 +19,7 @@ use tern_proto::frame::{FrameHeader, HEADER_LEN};
 use tern_proto::msg::{PlanAction, SkipReason, Summary, WantFile};
 use tern_proto::path::{file_name, parent, symlink_stays_inside};
 use tern_proto::{Control, Entry, EntryKind, Options};
+use tern_proto::filter::Filter;
 
 use crate::control::{CtrlReader, CtrlWriter};
 use crate::datastream::DataConn;
@@ -40,6 +41,8 @@ pub struct ReceiverParams {
     /// Wanted-but-unfinished bytes and files: the flow-control window.
     pub window_bytes: u64,
     pub window_files: usize,
+    /// `--exclude`/`--include` rules: `--delete` leaves what they exclude alone, as rsync does.
+    pub filter: Filter,
 }
 
 /// A file being written, shared with the stream workers.
@@ -717,7 +720,7 @@ fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
             && let Some(l) = &ctx.layout
             && l.mirror
         {
-            for rel in extras(&l.root, &ctx.keep) {
+            for rel in extras(&l.root, &ctx.keep, &ctx.p.filter) {
                 ctx.writer.send(&Control::Plan { action: PlanAction::Delete, path: rel })?;
             }
         }
@@ -765,7 +768,7 @@ fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
         if ctx.source_errors {
             ctx.p.progress.error(TransferError::fatal(Side::Source, "some source files could not be read, so --delete removed nothing (fix the errors and re-run)"));
         } else {
-            for rel in extras(&l.root, &ctx.keep) {
+            for rel in extras(&l.root, &ctx.keep, &ctx.p.filter) {
                 let path = l.root.join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&rel));
                 let r = match std::fs::symlink_metadata(&path) {
                     Ok(m) if m.is_dir() => std::fs::remove_dir_all(&path),
@@ -785,8 +788,9 @@ fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
     Ok(())
 }
 
-/// Entries under `root` that the manifest does not name (top-most only; not our temporaries).
-fn extras(root: &std::path::Path, keep: &HashSet<Vec<u8>>) -> Vec<Vec<u8>> {
+/// Entries under `root` that the manifest does not name (top-most only; not our temporaries,
+/// nor anything the filter excludes: those were never offered, so they are not extras).
+fn extras(root: &std::path::Path, keep: &HashSet<Vec<u8>>, filter: &Filter) -> Vec<Vec<u8>> {
     use std::os::unix::ffi::OsStrExt;
     let mut out = Vec::new();
     let mut stack = vec![(root.to_path_buf(), Vec::<u8>::new())];
@@ -801,9 +805,13 @@ fn extras(root: &std::path::Path, keep: &HashSet<Vec<u8>>) -> Vec<Vec<u8>> {
                 continue;
             }
             let r = if rel.is_empty() { name.to_vec() } else { [&rel[..], b"/", name].concat() };
+            let is_dir = item.file_type().is_ok_and(|t| t.is_dir());
+            if filter.excludes(&r, is_dir) {
+                continue;
+            }
             if !keep.contains(&r) {
                 out.push(r);
-            } else if item.file_type().is_ok_and(|t| t.is_dir()) {
+            } else if is_dir {
                 stack.push((item.path(), r));
             }
         }

@@ -16,7 +16,7 @@ use crate::endpoint::Endpoint;
 use crate::error::{Scope, Side, TransferError};
 use crate::progress::Progress;
 use crate::sender::SendMemory;
-use crate::session::{ClientSpec, bracket, connect};
+use crate::session::{ClientSpec, bracket, connect, send_filters};
 use crate::transport::{Closer, tls_control_client};
 
 /// One authenticated control channel to a daemon.
@@ -25,6 +25,8 @@ struct Channel {
     writer: CtrlWriter,
     closer: Closer,
     session_key: [u8; 32],
+    /// The daemon's Hello feature bits.
+    features: u64,
     /// `host:port` for messages, and the host for a wildcard data address.
     addr: String,
     host: String,
@@ -41,10 +43,12 @@ pub(crate) fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<
     // The receiver first: its Ready carries what the sender needs to reach it.
     let dst_token = spec.dst_token_file.as_ref().or(spec.token_file.as_ref());
     let mut b = open_channel(dst_host, *dst_port, dst_token, "--dst-token-file")?;
+    send_filters(&b.writer, b.features, &spec.filters, &format!("the daemon at {}", b.addr))?;
     b.writer.send(&Control::Open { server_role: Role::Receiver, options, sources: sources.clone(), destination: dst_path.as_bytes().to_vec() })?;
     let (session_id, data_addr) = expect_ready(&mut b)?;
     check_reachable(&data_addr, &format!("{}:{src_port}", bracket(src_host)))?;
     let mut a = open_channel(src_host, *src_port, spec.token_file.as_ref(), "--token-file")?;
+    send_filters(&a.writer, a.features, &spec.filters, &format!("the daemon at {}", a.addr))?;
     a.writer.send(&Control::Open { server_role: Role::Sender, options, sources, destination: Vec::new() })?;
     let ticket = tern_proto::auth::stream_ticket(&b.session_key);
     a.writer.send(&Control::Dial { addr: data_addr.into_bytes(), session_id, ticket })?;
@@ -75,7 +79,7 @@ fn open_channel(host: &str, port: u16, token_file: Option<&std::path::PathBuf>, 
     if features & FEATURE_THIRD_PARTY == 0 {
         return Err(TransferError::fatal(Side::Network, format!("the daemon at {addr} is too old for third-party transfers; upgrade it, or copy through a host that runs tern")));
     }
-    Ok(Channel { reader, writer, closer: halves.closer, session_key, addr, host: bracket(host) })
+    Ok(Channel { reader, writer, closer: halves.closer, session_key, features, addr, host: bracket(host) })
 }
 
 /// The server's `Ready`: its session id and data address (a wildcard address means the host we

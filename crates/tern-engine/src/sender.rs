@@ -12,6 +12,7 @@ use std::thread;
 use crossbeam_channel::{Receiver, Sender, unbounded};
 use tern_proto::chunk::{ChunkSet, chunk_count, chunk_range, file_hash, validate_ranges};
 use tern_proto::data::{ChunkHeader, FLAG_WHOLE_FILE};
+use tern_proto::filter::Filter;
 use tern_proto::frame::HEADER_LEN;
 use tern_proto::msg::{Summary, WantFile};
 use tern_proto::{Control, Entry, EntryKind, Options};
@@ -40,6 +41,8 @@ pub struct SenderParams {
     pub progress: Arc<Progress>,
     pub memory: Arc<Mutex<SendMemory>>,
     pub rate: Option<Arc<RateLimit>>,
+    /// `--exclude`/`--include` rules, applied while walking.
+    pub filter: Filter,
 }
 
 struct Work {
@@ -137,8 +140,8 @@ impl Sending {
         }
         crate::control::spawn_reader(reader, events.clone(), Event::Ctrl, Event::CtrlFailed);
         {
-            let (ev, w, sources, opts, memory) = (events.clone(), writer.clone(), p.sources.clone(), p.options, p.memory.clone());
-            thread::spawn(move || walker(ev, w, sources, opts, memory));
+            let (ev, w, sources, opts, memory, filter) = (events.clone(), writer.clone(), p.sources.clone(), p.options, p.memory.clone(), p.filter.clone());
+            thread::spawn(move || walker(ev, w, sources, opts, memory, filter));
         }
 
 
@@ -372,7 +375,7 @@ fn file_end(id: u64, f: &FileState) -> Control {
 const CHANGED: &str = "file changed while it was being sent (size or mtime differs); re-run to send the new version";
 
 /// Walks the sources, registering entries with the main loop before announcing them.
-fn walker(events: Sender<Event>, writer: Arc<CtrlWriter>, sources: Vec<SourceSpec>, opts: Options, memory: Arc<Mutex<SendMemory>>) {
+fn walker(events: Sender<Event>, writer: Arc<CtrlWriter>, sources: Vec<SourceSpec>, opts: Options, memory: Arc<Mutex<SendMemory>>, filter: Filter) {
     const BATCH: usize = 512;
     let mut batch: Vec<SrcFile> = Vec::with_capacity(BATCH);
     let mut next_id = 0u64;
@@ -412,6 +415,7 @@ fn walker(events: Sender<Event>, writer: Arc<CtrlWriter>, sources: Vec<SourceSpe
     let r = walk(
         &sources,
         opts.recursive(),
+        &filter,
         &mut |f| {
             if f.kind == EntryKind::File && finished.contains(&f.rel) {
                 return true;

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 use tern_proto::Control;
+use tern_proto::filter::Filter;
 use tern_proto::msg::{Role, Summary};
 
 use crate::control::{CtrlReader, CtrlWriter};
@@ -138,7 +139,16 @@ pub fn serve_session(
     let mut reader = CtrlReader::new(halves.reader);
     let writer = Arc::new(CtrlWriter::new(halves.writer));
     let key = crate::handshake::server(&mut reader, &writer, &secret_key, &exporter)?;
-    let (role, options, sources, destination) = match reader.recv()? {
+    let mut request = reader.recv()?;
+    let mut filter = Filter::default();
+    if let Control::Filters(rules) = &request {
+        filter = Filter::new(rules).map_err(|m| {
+            let _ = writer.send(&Control::Fatal { side: Side::Network, message: m.clone() });
+            TransferError::fatal(Side::Network, m)
+        })?;
+        request = reader.recv()?;
+    }
+    let (role, options, sources, destination) = match request {
         Control::Open { server_role, options, sources, destination } => (server_role, options, sources, destination),
         Control::Hook { name, path } => return crate::hook::serve(hooks, roots, &name, &path, &writer).map(|_| Summary::default()),
         _ => return Err(TransferError::fatal(Side::Network, "expected an open request")),
@@ -199,7 +209,7 @@ pub fn serve_session(
             let sending = Sending::new();
             let feed = sending.feed();
             forward(Box::new(move |c| feed.add(c)));
-            let params = SenderParams { sources: specs, options, progress, memory: Arc::new(Mutex::new(SendMemory::default())), rate: None };
+            let params = SenderParams { sources: specs, options, progress, memory: Arc::new(Mutex::new(SendMemory::default())), rate: None, filter };
             sending.run(reader, writer, conns, params)
         }
         Role::Receiver => {
@@ -213,6 +223,7 @@ pub fn serve_session(
                 progress,
                 window_bytes: crate::session::WINDOW_BYTES,
                 window_files: if options.concurrency > 0 { options.concurrency as usize } else { crate::session::window_files() },
+                filter,
             };
             receiving.run(reader, writer, conns, params)
         }

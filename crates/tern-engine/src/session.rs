@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use tern_proto::msg::{Role, Summary};
+use tern_proto::filter::{Filter, FilterRule};
+use tern_proto::msg::{FEATURE_FILTERS, Role, Summary};
 use tern_proto::{Control, Options};
 
 use crate::control::{CtrlReader, CtrlWriter};
@@ -66,6 +67,8 @@ pub struct ClientSpec {
     pub bufsize: Option<usize>,
     /// How long to keep reconnecting after network errors.
     pub retry_for: Duration,
+    /// `--exclude`/`--include`/`--filter` rules in command-line order.
+    pub filters: Vec<FilterRule>,
 }
 
 /// Runs a whole transfer. Per-file failures are in `progress.errors`; `Err` is a failure of the
@@ -128,6 +131,7 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
                 progress: Arc::new(Progress::default()),
                 window_bytes: WINDOW_BYTES,
                 window_files: if options.concurrency > 0 { options.concurrency as usize } else { window_files() },
+                filter: compile_filter(spec)?,
             };
             let recv = thread::spawn(move || Receiving::new().run(CtrlReader::new(server_half.reader), Arc::new(CtrlWriter::new(server_half.writer)), theirs, params));
             let client_half = ControlHalves::from_unix(c1).map_err(local_err)?;
@@ -152,8 +156,9 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
             let mut reader = CtrlReader::new(conn.stdout.take().unwrap());
             let writer = Arc::new(CtrlWriter::new(conn.stdin.take().unwrap()));
             let r = (|| {
-                let (session_key, rtt, _) = crate::handshake::client(&mut reader, &writer, &key, &[0; 32], host, false)?;
+                let (session_key, rtt, features) = crate::handshake::client(&mut reader, &writer, &key, &[0; 32], host, false)?;
                 initial_streams(spec, &mut options, rtt);
+                send_filters(&writer, features, &spec.filters, &format!("the tern on {host}"))?;
                 let data_host = ssh_host_name(host);
                 run_remote(spec, &mut options, progress, memory, rate, reader, writer, session_key, push, path, &data_host, reverse.as_ref(), Vec::new())
             })();
@@ -174,7 +179,8 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
             let (halves, exporter) = tls_control_client(sock).map_err(|e| TransferError::network(format!("{addr}: TLS handshake failed: {e}")))?;
             let mut reader = CtrlReader::new(halves.reader);
             let writer = Arc::new(CtrlWriter::new(halves.writer));
-            let (session_key, _, _) = crate::handshake::client(&mut reader, &writer, &key, &exporter, &format!("the daemon at {addr}"), true)?;
+            let (session_key, _, features) = crate::handshake::client(&mut reader, &writer, &key, &exporter, &format!("the daemon at {addr}"), true)?;
+            send_filters(&writer, features, &spec.filters, &format!("the daemon at {addr}"))?;
             run_remote(spec, &mut options, progress, memory, rate, reader, writer, session_key, push, path, &bracket(host), None, preconnected)
         }
     }
@@ -191,6 +197,24 @@ fn initial_streams(spec: &ClientSpec, options: &mut Options, rtt: Duration) {
         options.streams = options.streams.min(cores.max(2));
     }
     tracing::debug!("hello round trip {rtt:?}: starting with {} data streams", options.streams);
+}
+
+/// The transfer's rules, compiled; the CLI has already checked them, so an error here is a
+/// caller's (the service's, a library user's) and is reported the same way.
+pub(crate) fn compile_filter(spec: &ClientSpec) -> Result<Filter, TransferError> {
+    Filter::new(&spec.filters).map_err(|m| TransferError::fatal(Side::Source, m))
+}
+
+/// Sends the rules before `Open`. A peer that cannot apply them is refused rather than allowed
+/// to copy, and with `--delete` remove, what the user meant to exclude.
+pub(crate) fn send_filters(writer: &CtrlWriter, features: u64, rules: &[FilterRule], peer: &str) -> Result<(), TransferError> {
+    if rules.is_empty() {
+        return Ok(());
+    }
+    if features & FEATURE_FILTERS == 0 {
+        return Err(TransferError::fatal(Side::Network, format!("{peer} runs an older tern that cannot apply --exclude/--include; upgrade it there (or pass --install-remote over ssh)")));
+    }
+    writer.send(&Control::Filters(rules.to_vec()))
 }
 
 fn local_err(e: std::io::Error) -> TransferError {
@@ -384,6 +408,7 @@ fn run_local_role(
             progress: progress.clone(),
             window_bytes: WINDOW_BYTES,
             window_files: if options.concurrency > 0 { options.concurrency as usize } else { window_files() },
+            filter: compile_filter(spec)?,
         };
         receiving.run(reader, writer, conns, params)
     }
@@ -416,7 +441,7 @@ fn run_sender(
     if let Some(opener) = opener.filter(|_| spec.adaptive) {
         start_ramp(progress.clone(), &conns, spec.max_streams, opener, Box::new(move |c| feed.add(c)));
     }
-    let params = SenderParams { sources, options, progress: progress.clone(), memory: memory.clone(), rate: rate.clone() };
+    let params = SenderParams { sources, options, progress: progress.clone(), memory: memory.clone(), rate: rate.clone(), filter: compile_filter(spec)? };
     sending.run(reader, writer, conns, params)
 }
 

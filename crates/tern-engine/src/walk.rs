@@ -7,6 +7,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use tern_proto::EntryKind;
+use tern_proto::filter::Filter;
 
 use crate::error::{Side, TransferError};
 
@@ -71,10 +72,12 @@ pub fn check_sources(sources: &[SourceSpec], recursive: bool) -> Result<(), Tran
 }
 
 /// Walks every source, calling `emit` for each entry and `warn` for entries that cannot be read
-/// (those are reported and skipped; the walk goes on). Stops early if `emit` returns false.
+/// (those are reported and skipped; the walk goes on). Entries the filter excludes are neither
+/// emitted nor, if directories, entered. Stops early if `emit` returns false.
 pub fn walk(
     sources: &[SourceSpec],
     recursive: bool,
+    filter: &Filter,
     emit: &mut dyn FnMut(SrcFile) -> bool,
     warn: &mut dyn FnMut(TransferError),
 ) -> Result<(), TransferError> {
@@ -90,11 +93,14 @@ pub fn walk(
             return Err(TransferError::fatal(Side::Source, format!("{} is not a directory, so it has no contents to copy", s.path.display())));
         }
         let is_dir = root.kind == EntryKind::Dir;
+        if filter.excludes(&rel, is_dir) {
+            continue;
+        }
         root.rel = rel.clone();
         if (s.base.is_some() || !is_dir) && !emit(root) {
             return Ok(());
         }
-        if is_dir && !walk_dir(&s.path, &rel, emit, warn) {
+        if is_dir && !walk_dir(&s.path, &rel, filter, emit, warn) {
             return Ok(());
         }
     }
@@ -102,7 +108,7 @@ pub fn walk(
 }
 
 /// Depth-first, names sorted for a deterministic order. Returns false if `emit` asked to stop.
-fn walk_dir(dir: &Path, rel: &[u8], emit: &mut dyn FnMut(SrcFile) -> bool, warn: &mut dyn FnMut(TransferError)) -> bool {
+fn walk_dir(dir: &Path, rel: &[u8], filter: &Filter, emit: &mut dyn FnMut(SrcFile) -> bool, warn: &mut dyn FnMut(TransferError)) -> bool {
     let mut stack: Vec<(PathBuf, Vec<u8>)> = vec![(dir.to_path_buf(), rel.to_vec())];
     while let Some((dir, rel)) = stack.pop() {
         let rd = match fs::read_dir(&dir) {
@@ -116,6 +122,12 @@ fn walk_dir(dir: &Path, rel: &[u8], emit: &mut dyn FnMut(SrcFile) -> bool, warn:
         names.sort();
         let mut subdirs = Vec::new();
         for name in names {
+            let child_rel = join(&rel, name.as_bytes());
+            // Decided before the stat where the name alone decides: an excluded subtree of a
+            // million files costs nothing. Directory-only rules need the stat.
+            if filter.excludes(&child_rel, false) && filter.excludes(&child_rel, true) {
+                continue;
+            }
             let path = dir.join(&name);
             let md = match fs::symlink_metadata(&path) {
                 Ok(md) => md,
@@ -128,7 +140,10 @@ fn walk_dir(dir: &Path, rel: &[u8], emit: &mut dyn FnMut(SrcFile) -> bool, warn:
                 warn(TransferError::file(Side::Source, path.display().to_string(), "not a regular file, directory or symlink; skipped"));
                 continue;
             };
-            f.rel = join(&rel, name.as_bytes());
+            f.rel = child_rel;
+            if filter.excludes(&f.rel, f.kind == EntryKind::Dir) {
+                continue;
+            }
             if f.kind == EntryKind::Dir {
                 subdirs.push((path, f.rel.clone()));
             }

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tern_engine::endpoint::Endpoint;
+use tern_proto::filter::{Filter, FilterRule};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -106,6 +107,9 @@ pub struct JobOptions {
     /// `2d`); stored as RFC 3339 UTC (the API turns a duration into a time at submit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<String>,
+    /// Include/exclude rules in order, rsync's short form: `- *.tmp`, `+ */`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub filters: Vec<String>,
 }
 
 /// `tern watch` flags a client may set (docs/watch.md); each maps to one flag of the child.
@@ -220,6 +224,8 @@ impl JobSpec {
         if let Some(b) = &o.bwlimit {
             check_unit("options.bwlimit", b)?;
         }
+        let rules = o.filters.iter().map(|r| FilterRule::parse(r).map_err(|m| format!("options.filters: {m}"))).collect::<Result<Vec<_>, _>>()?;
+        Filter::new(&rules).map_err(|m| format!("options.filters: {m}"))?;
         if (o.checksum || o.delete) && !self.sync {
             return Err("options.checksum and options.delete need sync: true".into());
         }
@@ -326,6 +332,9 @@ impl JobSpec {
         }
         if o.verify_full {
             a.extend(["--verify".into(), "full".into()]);
+        }
+        for rule in &o.filters {
+            a.extend(["--filter".into(), rule.clone()]);
         }
         for (on, flag) in [(o.no_encrypt, "--no-encrypt"), (o.checksum, "--checksum"), (o.delete, "--delete")] {
             if on {
@@ -478,6 +487,17 @@ mod tests {
     }
 
     #[test]
+    fn filter_rules_are_checked_at_submit() {
+        let mut s = spec("/a", "/b");
+        s.options.filters = vec!["*.tmp".into()];
+        assert!(s.validate().unwrap_err().contains("'- PATTERN'"));
+        s.options.filters = vec!["- a[".into()];
+        assert!(s.validate().unwrap_err().starts_with("options.filters: filter pattern 'a['"));
+        s.options.filters = vec!["- *.tmp".into(), "+ /keep/".into()];
+        assert!(s.validate().is_ok());
+    }
+
+    #[test]
     fn deadlines_parse_as_rfc3339_or_durations() {
         assert_eq!(parse_time("1970-01-01T00:00:00Z", 0), Ok(0));
         assert_eq!(parse_time("2026-11-22T06:00:00Z", 0).map(rfc3339), Ok("2026-11-22T06:00:00Z".into()));
@@ -493,7 +513,9 @@ mod tests {
         s.fix_deadline(1_000_000_000).unwrap();
         assert_eq!(s.options.deadline.as_deref(), Some("2001-09-09T07:46:40Z"));
         s.options.fail_fast = true;
+        s.options.filters = vec!["+ */".into(), "- *.tmp".into()];
         assert!(s.child_args().contains(&"--fail-fast".to_string()) && !s.child_args().iter().any(|a| a.contains("deadline")));
+        assert!(s.child_args().windows(4).any(|w| w == ["--filter", "+ */", "--filter", "- *.tmp"]));
     }
 
     #[test]

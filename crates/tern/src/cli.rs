@@ -165,6 +165,8 @@ pub(crate) struct Common {
     /// and exit non-zero, instead of recording it and copying the rest.
     #[arg(long)]
     pub(crate) fail_fast: bool,
+    #[command(flatten)]
+    pub(crate) filters: crate::filter_args::FilterArgs,
 }
 
 #[derive(Args)]
@@ -189,6 +191,25 @@ struct ServeArgs {
     /// The managed-transfer service (--http-listen, --state-dir, ...).
     #[command(flatten)]
     service: crate::service_cli::ServeService,
+}
+
+impl Cli {
+    /// Parses the command line (exiting on usage errors, as clap does) and collects the
+    /// include/exclude rules in their command-line order.
+    pub fn parse_all() -> Result<Cli> {
+        use clap::{CommandFactory, FromArgMatches};
+        let matches = Cli::command().get_matches();
+        let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+        let Some((_, sub)) = matches.subcommand() else { return Ok(cli) };
+        match &mut cli.command {
+            Command::Cp(a) => a.common.filters.collect(sub)?,
+            Command::Sync(a) => a.common.filters.collect(sub)?,
+            Command::Watch(a) => a.common.filters.collect(sub)?,
+            Command::Service(crate::service_cli::ServiceCommand::Submit(a)) => a.filters.collect(sub)?,
+            _ => {}
+        }
+        Ok(cli)
+    }
 }
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
@@ -334,6 +355,7 @@ pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: boo
         bwlimit: c.bwlimit,
         bufsize: c.tcp_buffer.map(|b| b as usize),
         retry_for: Duration::from_secs(c.retry_for),
+        filters: c.filters.rules.clone(),
     };
     Ok(spec)
 }

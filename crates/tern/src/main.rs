@@ -1,16 +1,21 @@
 //! `tern`: the command line. Parses arguments into engine settings, shows progress, reports.
 
 mod cli;
+mod filter_args;
 mod output;
 mod service_cli;
 mod watch_cli;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
-    let args = cli::Cli::parse();
+    let args = match cli::Cli::parse_all() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("tern: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
     raise_fd_limit();
     match cli::run(args) {
         Ok(code) => code,

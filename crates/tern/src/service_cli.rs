@@ -215,6 +215,9 @@ pub struct SubmitArgs {
     /// With --watch: end after N units.
     #[arg(long, requires = "watch")]
     max_units: Option<u64>,
+    /// Passed to the transfer: --exclude, --include, --filter ... (checked here, applied by the job).
+    #[command(flatten)]
+    pub(crate) filters: crate::filter_args::FilterArgs,
     #[command(flatten)]
     conn: Conn,
 }
@@ -417,6 +420,9 @@ fn submit(a: SubmitArgs) -> Result<ExitCode> {
     put("remote_bin", json!(a.remote_bin));
     put("fail_fast", json!(a.fail_fast));
     put("deadline", json!(a.deadline));
+    if !a.filters.rules.is_empty() {
+        put("filters", json!(a.filters.rules.iter().map(ToString::to_string).collect::<Vec<_>>()));
+    }
     if a.watch {
         let w = json!({ "ready": a.ready, "on_arrival": a.on_arrival, "in_order": a.in_order, "delete_after_verified": a.delete_after_verified, "until": a.until, "max_units": a.max_units });
         let w: serde_json::Map<String, Value> = w.as_object().unwrap().iter().filter(|(_, v)| !v.is_null() && **v != json!(false)).map(|(k, v)| (k.clone(), v.clone())).collect();

@@ -57,7 +57,7 @@ pub struct WatchArgs {
     #[arg(long, default_value = "60")]
     rate_window: u64,
     #[command(flatten)]
-    common: Common,
+    pub(crate) common: Common,
 }
 
 pub fn run(a: WatchArgs) -> Result<ExitCode> {

@@ -317,6 +317,7 @@ fn daemon_runs_only_registered_hooks_inside_its_root() {
         bwlimit: None,
         bufsize: None,
         retry_for: Duration::from_secs(5),
+        filters: Vec::new(),
     };
     let pwned = t.path().join("pwned");
     let refused = [
