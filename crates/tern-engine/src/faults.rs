@@ -8,6 +8,8 @@
 //!   kill lands mid-way).
 //! * `TERN_DEBUG_NO_HASH=1` — skip BLAKE3 (benchmark switch to measure integrity's cost; the
 //!   receiver then cannot verify, so it refuses to run unless both ends set it).
+//! * `TERN_DEBUG_FEATURES=N` — advertise these Hello feature bits instead of ours (tests act
+//!   as an older peer that lacks a feature).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -20,6 +22,7 @@ pub struct Faults {
     sent: AtomicU64,
     pub delay_ms: u64,
     pub no_hash: bool,
+    pub features: Option<u64>,
 }
 
 pub fn faults() -> &'static Faults {
@@ -35,6 +38,7 @@ pub fn faults() -> &'static Faults {
         sent: AtomicU64::new(0),
         delay_ms: std::env::var("TERN_FAULT_DELAY_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0),
         no_hash: std::env::var("TERN_DEBUG_NO_HASH").is_ok_and(|v| v == "1"),
+        features: std::env::var("TERN_DEBUG_FEATURES").ok().and_then(|v| v.parse().ok()),
     })
 }
 

@@ -9,7 +9,7 @@ use crate::error::{Side, TransferError};
 use crate::transport::random;
 
 fn hello() -> Control {
-    Control::Hello { min_version: MIN_PROTOCOL_VERSION, max_version: PROTOCOL_VERSION, features: FEATURE_THIRD_PARTY | FEATURE_FILTERS }
+    Control::Hello { min_version: MIN_PROTOCOL_VERSION, max_version: PROTOCOL_VERSION, features: crate::faults::faults().features.unwrap_or(FEATURE_THIRD_PARTY | FEATURE_FILTERS) }
 }
 
 /// The peer's feature bits, once the versions intersect.

@@ -1,0 +1,158 @@
+//! Include/exclude rules through every kind of endpoint: the sender applies them while walking
+//! (locally, on a daemon, on the far side of ssh), the receiver when `--delete` looks for extras.
+
+mod common;
+use common::*;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// The rsync idiom plus an anchored and a directory-only rule:
+/// skip any `cache/` directory and the top-level `scratch`, keep every other directory and the
+/// HDF5 files, drop everything else.
+const RULES: &[&str] = &["--exclude", "cache/", "--filter", "- /scratch", "--include", "*/", "--include", "*.h5", "--exclude", "*"];
+
+fn tree(src: &Path) {
+    for (rel, seed) in [
+        ("run1/a.h5", 1),
+        ("run1/a.log", 2),
+        ("run1/cache/c.h5", 3),
+        ("top.tmp", 4),
+        ("scratch/big.h5", 5),
+        ("deep/x/scratch/keep.h5", 6),
+        ("deep/x/notes.txt", 7),
+        ("cache", 8), // a file named cache: `cache/` matches directories only, but `*` drops it
+    ] {
+        let p = src.join(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        write_file(&p, seed, 1000 + seed as usize);
+    }
+    write_file(&src.join(std::ffi::OsStr::from_bytes(b"run1/\xff name.h5")), 9, 333);
+}
+
+/// What the rules let through, computed from the source snapshot by hand.
+fn expected(src: &Path) -> BTreeMap<Vec<u8>, String> {
+    let keep: &[&[u8]] = &[b"run1", b"run1/a.h5", b"run1/\xff name.h5", b"deep", b"deep/x", b"deep/x/scratch", b"deep/x/scratch/keep.h5"];
+    snapshot(src).into_iter().filter(|(k, _)| keep.contains(&k.as_slice())).collect()
+}
+
+fn assert_filtered(src: &Path, dst: &Path) {
+    let (want, got) = (expected(src), snapshot(dst));
+    assert_eq!(want.len(), 7, "the expected set itself is wrong");
+    for (k, v) in &want {
+        assert_eq!(got.get(k), Some(v), "{} missing or different", String::from_utf8_lossy(k));
+    }
+    let extra: Vec<_> = got.keys().filter(|k| !want.contains_key(*k)).map(|k| String::from_utf8_lossy(k).into_owned()).collect();
+    assert!(extra.is_empty(), "excluded entries were copied: {extra:?}");
+}
+
+fn with_rules<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    let mut v = args.to_vec();
+    v.extend_from_slice(RULES);
+    v
+}
+
+#[test]
+fn rules_apply_locally_through_a_daemon_and_over_ssh() {
+    let t = scratch();
+    let src = t.path().join("src");
+    tree(&src);
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let contents = format!("{}/.", s(&src));
+
+    let local = t.path().join("local");
+    let r = tern(&with_rules(&["cp", "-r", &contents, &s(&local)]), &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_filtered(&src, &local);
+    assert_eq!(r.u64("files"), 3);
+
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let d = Daemon::start(&root, &t.path().join("token"));
+    let r = tern(&with_rules(&["cp", "-r", &contents, &d.url("/pushed"), "--token-file", &d.token_arg()]), &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_filtered(&src, &root.join("pushed"));
+    // Pull: the daemon walks its tree with our rules. Its copy of everything is the source.
+    let everything = root.join("all");
+    let r = tern(&["cp", "-r", &contents, &s(&everything)], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    let pulled = t.path().join("pulled");
+    let r = tern(&with_rules(&["cp", "-r", &d.url("/all/."), &s(&pulled), "--token-file", &d.token_arg()]), &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_filtered(&src, &pulled);
+
+    let Some(sshd) = require_sshd() else { return };
+    let ssh = sshd.ssh_cmd();
+    let over_ssh = t.path().join("ssh");
+    let r = tern(&with_rules(&["cp", "-r", "--ssh", &ssh, &contents, &format!("127.0.0.1:{}", s(&over_ssh))]), &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_filtered(&src, &over_ssh);
+    let back = t.path().join("ssh-back");
+    let r = tern(&with_rules(&["cp", "-r", "--ssh", &ssh, &format!("127.0.0.1:{}/.", s(&src)), &s(&back)]), &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_filtered(&src, &back);
+}
+
+#[test]
+fn sync_delete_keeps_what_the_rules_exclude_at_a_remote_destination() {
+    let t = scratch();
+    let src = t.path().join("src");
+    write_file(&src.join("data/a.h5"), 1, 5000);
+    let root = t.path().join("root");
+    let mirror = root.join("mirror");
+    write_file(&mirror.join("stale.h5"), 2, 100);
+    write_file(&mirror.join("data/old.h5"), 3, 100);
+    write_file(&mirror.join("local.tmp"), 4, 100);
+    write_file(&mirror.join("scratch/work.h5"), 5, 100);
+    let d = Daemon::start(&root, &t.path().join("token"));
+    let args = ["sync", "--delete", "--exclude", "*.tmp", "--exclude", "/scratch", src.to_str().unwrap(), &d.url("/mirror"), "--token-file", &d.token_arg()];
+    let r = tern(&[&args[..], &["--dry-run"]].concat(), &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert!(mirror.join("stale.h5").exists(), "dry run deleted");
+    let r = tern(&args, &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    let names: Vec<_> = snapshot(&mirror).into_keys().map(|k| String::from_utf8(k).unwrap()).collect();
+    assert_eq!(names, ["data", "data/a.h5", "local.tmp", "scratch", "scratch/work.h5"]);
+}
+
+#[test]
+fn a_peer_that_cannot_filter_is_refused_before_anything_moves() {
+    let t = scratch();
+    let src = t.path().join("src");
+    write_file(&src.join("a.h5"), 1, 100);
+    write_file(&src.join("b.tmp"), 2, 100);
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    // An older daemon: knows third-party (bit 0) but not filters.
+    let d = Daemon::start_on(&root, &t.path().join("token"), free_port(), &[("TERN_DEBUG_FEATURES", "1")]);
+    let r = tern(&["cp", "-r", "--exclude", "*.tmp", src.to_str().unwrap(), &d.url("/x"), "--token-file", &d.token_arg()], &[]);
+    assert!(!r.ok());
+    let err = r.stderr();
+    assert!(err.contains("cannot apply --exclude/--include") && err.contains("upgrade"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(!root.join("x").exists(), "something was copied");
+    // Without rules the same daemon copies as before.
+    let r = tern(&["cp", "-r", src.to_str().unwrap(), &d.url("/x"), "--token-file", &d.token_arg()], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_same_tree(&src, &root.join("x"));
+}
+
+#[test]
+fn bad_rules_fail_before_connecting_with_the_rule_named() {
+    let t = scratch();
+    let dst = t.path().join("dst");
+    for (args, want) in [
+        (vec!["--exclude", "run[1"], "filter pattern 'run[1'"),
+        (vec!["--filter", "*.tmp"], "filter rule '*.tmp'"),
+        (vec!["--exclude-from", "/nonexistent/rules"], "cannot read filter file /nonexistent/rules"),
+    ] {
+        let mut a = vec!["cp", "-r", "/etc/hostname", dst.to_str().unwrap()];
+        a.extend(args);
+        let r = tern(&a, &[]);
+        assert_eq!(r.out.status.code(), Some(2));
+        assert!(r.stderr().contains(want), "{}", r.stderr());
+        assert!(!dst.exists());
+    }
+}
