@@ -955,3 +955,28 @@ fn service_fail_fast_job_ends_failed_at_the_first_file() {
     assert!(e.contains("src/f3") && e.contains("stopped at the first failure (--fail-fast)"), "{e}");
     assert_eq!(j["attempts"], 1, "a permanent failure is not retried: {j}");
 }
+
+#[test]
+fn service_job_applies_include_exclude_rules_in_order() {
+    let t = scratch();
+    let s = Service::start(t.path(), &[], &[]);
+    let admin = s.admin();
+    let src = t.path().join("src");
+    write_file(&src.join("run/a.h5"), 1, 1000);
+    write_file(&src.join("run/a.log"), 2, 1000);
+    write_file(&src.join("scratch/b.h5"), 3, 1000);
+    let dst = t.path().join("dst");
+    let id = submit(&s, &admin, &["--sync", src.to_str().unwrap(), dst.to_str().unwrap(), "--exclude", "/scratch", "--include", "*/", "--include", "*.h5", "--exclude", "*"]);
+    let (code, _, err) = s.cli(&admin, &["wait", &id.to_string()]);
+    assert_eq!(code, 0, "{err}");
+    let j = job(&s.client(&admin), id);
+    assert_eq!(j["spec"]["options"]["filters"], json!(["- /scratch", "+ */", "+ *.h5", "- *"]), "{j}");
+    let names: Vec<_> = snapshot(&dst).into_keys().map(|k| String::from_utf8(k).unwrap()).collect();
+    assert_eq!(names, ["run", "run/a.h5"]);
+    // A bad rule is refused at submit, by the CLI and by the API.
+    let (code, _, err) = s.cli(&admin, &["submit", src.to_str().unwrap(), dst.to_str().unwrap(), "--exclude", "a["]);
+    assert_ne!(code, 0);
+    assert!(err.contains("filter pattern 'a['"), "{err}");
+    let body = json!({ "src": src.to_str().unwrap(), "dst": dst.to_str().unwrap(), "options": { "filters": ["*.tmp"] } });
+    assert_eq!(s.client(&admin).call("POST", "/v1/jobs", Some(&body)).unwrap_err().status, 400);
+}
