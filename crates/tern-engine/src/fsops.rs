@@ -148,7 +148,8 @@ const NAME_MAX: usize = 255;
 
 /// Temporary name for a file being received, and its journal's name.
 pub fn temp_names(name: &[u8]) -> (Vec<u8>, Vec<u8>) {
-    let base: Vec<u8> = if name.len() + ".tern-journal".len() + 1 <= NAME_MAX {
+    // The leading '.' and the ".tern-journal" suffix must fit in NAME_MAX with the name.
+    let base: Vec<u8> = if 1 + name.len() + ".tern-journal".len() <= NAME_MAX {
         [b".", name].concat()
     } else {
         format!(".tern-{}", &blake3::hash(name).to_hex()[..32]).into_bytes()

@@ -12,6 +12,9 @@ const HEADER_LEN: usize = 8 + 8 + 8 + 4 + 4 + 8;
 const RECORD_LEN: usize = 8 + 32 + 8;
 
 /// What the journal was written for: a different source or chunking invalidates it.
+/// One journal record: a chunk index and the hash it verified with.
+pub type Verified = (u64, [u8; 32]);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JournalHeader {
     pub size: u64,
@@ -85,7 +88,7 @@ impl Journal {
 
     /// Reads a journal: its header and the records up to the first torn or corrupt one.
     /// `None` if there is no journal or its header is unreadable.
-    pub fn read(dir: &impl AsFd, name: &[u8]) -> io::Result<Option<(JournalHeader, Vec<(u64, [u8; 32])>)>> {
+    pub fn read(dir: &impl AsFd, name: &[u8]) -> io::Result<Option<(JournalHeader, Vec<Verified>)>> {
         let fd = match rfs::openat(dir, name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
             Ok(fd) => fd,
             Err(rustix::io::Errno::NOENT) => return Ok(None),

@@ -109,8 +109,7 @@ pub fn source_spec(path: &Path, contents: bool) -> SourceSpec {
         None
     } else {
         let p = Path::new(std::ffi::OsStr::from_bytes(trimmed));
-        let name = p.file_name().map(|n| n.as_bytes().to_vec()).or_else(|| p.canonicalize().ok().and_then(|c| c.file_name().map(|n| n.as_bytes().to_vec())));
-        name
+        p.file_name().map(|n| n.as_bytes().to_vec()).or_else(|| p.canonicalize().ok().and_then(|c| c.file_name().map(|n| n.as_bytes().to_vec())))
     };
     SourceSpec { path: path.to_path_buf(), base }
 }
