@@ -72,7 +72,8 @@ def start_sshd(d: Path):
         f"SetEnv PATH={TERN.parent}:/usr/bin:/bin\n")
     os.makedirs("/run/sshd", exist_ok=True)
     proc = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(d / "sshd_config")], stderr=subprocess.DEVNULL)
-    ssh = f"ssh -p {port} -i {d}/userkey -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
+    # ControlPath=none: each run logs in afresh, tern as well as scp and rsync.
+    ssh = f"ssh -p {port} -i {d}/userkey -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o ControlPath=none"
     for _ in range(100):
         if subprocess.run(ssh.split() + ["root@127.0.0.1", "true"], capture_output=True).returncode == 0:
             return proc, ssh

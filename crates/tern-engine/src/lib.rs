@@ -24,4 +24,5 @@ pub mod endpoint;
 pub mod handshake;
 pub mod server;
 pub mod session;
+pub mod sshmux;
 pub mod seal;

@@ -48,6 +48,9 @@ pub struct SshOptions {
     pub port_range: Option<(u16, u16)>,
     /// The remote side connects back to us (only outbound connections allowed there).
     pub reverse: bool,
+    /// Keep one ssh connection per host open for a minute and run later sessions through it
+    /// (ssh's ControlMaster), unless the user's own ssh setup already multiplexes.
+    pub reuse: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -613,7 +616,11 @@ pub fn ssh_command(spec: &ClientSpec, host: &str) -> Command {
     let argv = if spec.ssh.command.is_empty() { vec!["ssh".to_string()] } else { spec.ssh.command.clone() };
     let mut cmd = Command::new(&argv[0]);
     // No X11 or agent forwarding, never a password prompt on our pipes; keep the user's config.
-    cmd.args(&argv[1..]).args(["-x", "-a", "-oBatchMode=yes", "--", host]);
+    cmd.args(&argv[1..]).args(["-x", "-a", "-oBatchMode=yes"]);
+    if spec.ssh.reuse {
+        cmd.args(crate::sshmux::options(&argv, host));
+    }
+    cmd.args(["--", host]);
     cmd
 }
 

@@ -148,6 +148,10 @@ pub(crate) struct Common {
     /// The remote side connects back to us (for hosts that allow only outbound connections).
     #[arg(long)]
     reverse: bool,
+    /// Log in afresh for every session instead of keeping one ssh connection per host open for
+    /// a minute for the next ones (ssh's ControlMaster; left alone if your ssh config sets one).
+    #[arg(long, env = "TERN_NO_SSH_REUSE", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::SetTrue)]
+    no_ssh_reuse: bool,
     /// Token file for tern:// daemons.
     #[arg(long, env = "TERN_TOKEN_FILE")]
     token_file: Option<PathBuf>,
@@ -349,6 +353,7 @@ pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: boo
             install_remote: c.install_remote,
             port_range: c.port_range,
             reverse: c.reverse,
+            reuse: !c.no_ssh_reuse,
         },
         token_file: c.token_file.clone(),
         dst_token_file: c.dst_token_file.clone(),

@@ -226,3 +226,43 @@ fn big_manifest_batches_through_daemon_tls() {
     assert!(r.ok(), "{}", r.stderr());
     assert_same_tree(&src, &back);
 }
+
+/// Client connections to `port` in state established (from `ss`).
+fn established_to(port: u16) -> usize {
+    let out = std::process::Command::new("ss").args(["-Htn", "state", "established", &format!("( dport = :{port} )")]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+#[test]
+fn ssh_sessions_share_one_connection_unless_told_not_to() {
+    let Some(sshd) = require_sshd() else { return };
+    let t = scratch();
+    let src = t.path().join("a.bin");
+    write_file(&src, 1, 100_000);
+    let ssh = sshd.ssh_cmd_reusable();
+    let control = t.path().join("cm");
+    let env = [("TERN_SSH_CONTROL_DIR", control.to_str().unwrap())];
+    let mut times = Vec::new();
+    for i in 0..3 {
+        let started = std::time::Instant::now();
+        let r = tern(&["cp", "--ssh", &ssh, src.to_str().unwrap(), &format!("127.0.0.1:{}/copy{i}", t.path().display())], &env);
+        times.push(started.elapsed());
+        assert!(r.ok(), "{}", r.stderr());
+        assert_eq!(fs::read(&src).unwrap(), fs::read(t.path().join(format!("copy{i}"))).unwrap());
+    }
+    let sockets = fs::read_dir(&control).unwrap().count();
+    let shared = established_to(sshd.port);
+    // The master is ours (started by the first copy): end it before asserting.
+    let mut exit = std::process::Command::new("ssh");
+    exit.args(ssh.split_whitespace().skip(1)).arg(format!("-oControlPath={}/%C", control.display())).args(["-O", "exit", "127.0.0.1"]);
+    let _ = exit.output();
+    eprintln!("measured: ssh copies of 100 kB with connection reuse: {times:?}");
+    assert_eq!(sockets, 1, "one control socket for the host");
+    assert_eq!(shared, 1, "three copies, one ssh connection left open for the next");
+    // --no-ssh-reuse: a fresh login each time, nothing left behind.
+    let fresh = t.path().join("cm-fresh");
+    let r = tern(&["cp", "--no-ssh-reuse", "--ssh", &ssh, src.to_str().unwrap(), &format!("127.0.0.1:{}/copy9", t.path().display())], &[("TERN_SSH_CONTROL_DIR", fresh.to_str().unwrap())]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert!(!fresh.exists() || fs::read_dir(&fresh).unwrap().count() == 0);
+    assert_eq!(established_to(sshd.port), 0);
+}

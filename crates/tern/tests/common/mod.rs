@@ -280,8 +280,14 @@ impl Sshd {
         }
         Some(Self { child, port, dir })
     }
-    /// The ssh command tern should use (`--ssh`).
+    /// The ssh command tern should use (`--ssh`). No connection reuse: each test's sshd goes
+    /// away with the test, and a shared connection kept for a minute would carry the next
+    /// test that gets the same port to the old one.
     pub fn ssh_cmd(&self) -> String {
+        format!("{} -o ControlPath=none", self.ssh_cmd_reusable())
+    }
+    /// The same, leaving tern free to share one connection between sessions.
+    pub fn ssh_cmd_reusable(&self) -> String {
         format!(
             "ssh -p {} -i {}/userkey -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR",
             self.port,
