@@ -24,6 +24,9 @@ impl CtrlReader {
         let header = FrameHeader::parse(head, limits::MAX_CONTROL_FRAME).map_err(proto_err)?;
         let mut body = vec![0u8; header.body_len as usize];
         self.r.read_exact(&mut body).map_err(net_err)?;
+        // `TERN_LOG=tern::control=trace` shows each session's exchange with timestamps: where
+        // the round trips of a slow start go.
+        tracing::trace!(target: "tern::control", "recv type {} ({} bytes)", header.frame_type, body.len());
         Control::decode(header.frame_type, &body).map_err(proto_err)
     }
 }
@@ -54,6 +57,7 @@ impl CtrlWriter {
     }
     pub fn send(&self, msg: &Control) -> Result<(), TransferError> {
         let bytes = msg.encode();
+        tracing::trace!(target: "tern::control", "send type {} ({} bytes)", msg.type_byte(), bytes.len() - HEADER_LEN);
         let mut w = self.w.lock().unwrap();
         w.write_all(&bytes).and_then(|_| w.flush()).map_err(net_err)
     }

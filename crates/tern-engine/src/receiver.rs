@@ -140,7 +140,7 @@ struct Ctx<'a> {
     outstanding_bytes: u64,
     outstanding_files: usize,
     sinks: Sinks,
-    finalize: Sender<(u64, Arc<Sink>, Option<[u8; 32]>)>,
+    finalize: Sender<ToFinalize>,
     done_ids: Vec<u64>,
     symlinks: Vec<Entry>,
     dir_meta: Vec<(Vec<u8>, u32, i64, u32)>,
@@ -449,14 +449,14 @@ fn try_complete(ctx: &mut Ctx, id: u64) -> Result<(), TransferError> {
         // Throw the partial state away before a retry.
         let _ = fsops::unlink_at(&*sink.parent, &sink.journal_name);
         let _ = fsops::unlink_at(&*sink.parent, &sink.tmp);
-        let _ = ctx.finalize.send((id, sink, None));
+        let _ = ctx.finalize.send(ToFinalize { id, sink, expected: None, more_coming: true });
         return Ok(());
     }
     let expected = Some(file_hash(a.size, (0..a.chunks()).map(|i| a.hash_of(i).unwrap())));
     // All its data is here: the file leaves the flow-control window (finalizing is local work).
     f.state = State::Finalizing;
     ctx.outstanding_files -= 1;
-    let _ = ctx.finalize.send((id, sink, expected));
+    let _ = ctx.finalize.send(ToFinalize { id, sink, expected, more_coming: ctx.outstanding_files > 0 });
     Ok(())
 }
 
@@ -935,8 +935,19 @@ fn fatal(events: &Sender<Event>, msg: String) {
     let _ = events.send(Event::StreamFailed(TransferError::fatal(Side::Network, msg)));
 }
 
+/// A file whose chunks all verified, for the finalizer.
+struct ToFinalize {
+    id: u64,
+    sink: Arc<Sink>,
+    /// The whole-file hash its chunks add up to; `None` if they did not add up.
+    expected: Option<[u8; 32]>,
+    /// Other files were still arriving when this one was handed over. When none are, waiting to
+    /// fill a batch only delays the last files (and on a WAN the session's end) by `MAX_WAIT`.
+    more_coming: bool,
+}
+
 /// Makes verified files durable in batches, then renames them into place.
-fn finalizer(rx: Receiver<(u64, Arc<Sink>, Option<[u8; 32]>)>, events: Sender<Event>, fsync: bool, verify_full: bool, chunk_size: u32, root: Arc<OnceLock<PathBuf>>) {
+fn finalizer(rx: Receiver<ToFinalize>, events: Sender<Event>, fsync: bool, verify_full: bool, chunk_size: u32, root: Arc<OnceLock<PathBuf>>) {
     const MAX_FILES: usize = 512;
     const MAX_BYTES: u64 = 1 << 30;
     const MAX_WAIT: Duration = Duration::from_millis(50);
@@ -947,7 +958,7 @@ fn finalizer(rx: Receiver<(u64, Arc<Sink>, Option<[u8; 32]>)>, events: Sender<Ev
     while open || !batch.is_empty() {
         let timeout = first.map_or(Duration::from_secs(3600), |t| MAX_WAIT.saturating_sub(t.elapsed()));
         match rx.recv_timeout(if open { timeout } else { Duration::ZERO }) {
-            Ok((id, sink, expected)) => {
+            Ok(ToFinalize { id, sink, expected, more_coming }) => {
                 let Some(expected) = expected else {
                     let _ = events.send(Event::FinalizeFailed { id, message: format!("{MISMATCH} does not match the source's; resending the file") });
                     continue;
@@ -962,7 +973,8 @@ fn finalizer(rx: Receiver<(u64, Arc<Sink>, Option<[u8; 32]>)>, events: Sender<Ev
                         let _ = events.send(Event::FinalizeFailed { id, message });
                     }
                 }
-                if batch.len() < MAX_FILES && bytes < MAX_BYTES && first.is_some_and(|t| t.elapsed() < MAX_WAIT) {
+                let idle = !more_coming && rx.is_empty();
+                if batch.len() < MAX_FILES && bytes < MAX_BYTES && first.is_some_and(|t| t.elapsed() < MAX_WAIT) && !idle {
                     continue;
                 }
             }
