@@ -100,6 +100,10 @@ impl StreamFeed {
     pub fn add(&self, conn: DataConn) {
         let _ = self.0.send(Event::NewStream(conn));
     }
+    /// Data streams could not be set up: the session fails with this error.
+    pub fn fail(&self, e: TransferError) {
+        let _ = self.0.send(Event::StreamFailed(e));
+    }
 }
 
 pub struct Sending {

@@ -5,6 +5,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
@@ -184,21 +185,35 @@ pub fn serve_session(
         let theirs = StreamAuth { session_id: d.session_id, session_key: d.ticket, encrypt };
         conns = dial_streams(&d.addr, &theirs, options.streams, "third-party: the receiving daemon")?;
     }
-    let mut pending = Vec::new();
-    for _ in conns.len()..options.streams as usize {
-        pending.push(streams.recv_timeout(Duration::from_secs(30)).map_err(|_| TransferError::network("the client did not open its data streams within 30 s (a firewall between the hosts? try --reverse)"))?);
-    }
-    conns.extend(crate::datastream::finish_all(pending, &auth).map_err(|e| TransferError::network(format!("data stream: {e}")))?);
-    let forward = move |add: Box<dyn Fn(DataConn) + Send + Sync>| {
+    // Streams the client opens join the session as they arrive; the control exchange (the
+    // manifest, the first wants) goes on meanwhile instead of waiting a round trip for them.
+    let expect_client_streams = conns.is_empty();
+    let forward = move |feed: Box<dyn Fn(DataConn) + Send + Sync>, fail: Box<dyn Fn(TransferError) + Send + Sync>| {
         thread::spawn(move || {
-            let add = Arc::new(add);
-            for pending in streams.iter() {
-                // Each finish waits a round trip for the connector's go-ahead: not in line.
-                let (auth, add) = (auth.clone(), add.clone());
-                thread::spawn(move || {
-                    if let Ok(c) = pending.finish(&auth) {
-                        add(c);
+            let (feed, fail) = (Arc::new(feed), Arc::new(fail));
+            let joined = Arc::new(std::sync::atomic::AtomicBool::new(!expect_client_streams));
+            let started = std::time::Instant::now();
+            loop {
+                let pending = match streams.recv_timeout(Duration::from_millis(500)) {
+                    Ok(p) => p,
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                        if !joined.load(Relaxed) && started.elapsed() > STREAM_WAIT {
+                            fail(TransferError::network("the client did not open its data streams within 30 s (a firewall between the hosts? try --reverse)"));
+                            return;
+                        }
+                        continue;
                     }
+                    Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+                };
+                // Each finish waits a round trip for the connector's go-ahead: not in line.
+                let (auth, feed, fail, joined) = (auth.clone(), feed.clone(), fail.clone(), joined.clone());
+                thread::spawn(move || match pending.finish(&auth) {
+                    Ok(c) => {
+                        joined.store(true, Relaxed);
+                        feed(c);
+                    }
+                    // It named this session, so it is the client's (or someone in the middle).
+                    Err(e) => fail(TransferError::network(format!("data stream: {e}"))),
                 });
             }
         });
@@ -206,15 +221,15 @@ pub fn serve_session(
     match role {
         Role::Sender => {
             let sending = Sending::new();
-            let feed = sending.feed();
-            forward(Box::new(move |c| feed.add(c)));
+            let (feed, failed) = (sending.feed(), sending.feed());
+            forward(Box::new(move |c| feed.add(c)), Box::new(move |e| failed.fail(e)));
             let params = SenderParams { sources: specs, options, progress, memory: Arc::new(Mutex::new(SendMemory::default())), rate: None, filter };
             sending.run(reader, writer, conns, params)
         }
         Role::Receiver => {
             let receiving = Receiving::new();
-            let feed = receiving.feed();
-            forward(Box::new(move |c| feed.add(c)));
+            let (feed, failed) = (receiving.feed(), receiving.feed());
+            forward(Box::new(move |c| feed.add(c)), Box::new(move |e| failed.fail(e)));
             let params = ReceiverParams {
                 destination: dest,
                 multi_source: sources.len() > 1,
@@ -228,6 +243,9 @@ pub fn serve_session(
         }
     }
 }
+
+/// How long a session waits for the client's first data stream.
+const STREAM_WAIT: Duration = Duration::from_secs(30);
 
 /// Runs a closure when dropped.
 struct Defer<F: FnMut()>(F);
