@@ -115,7 +115,13 @@ impl Options {
 /// message instead of a protocol error or failing stream proofs.
 pub const FEATURE_THIRD_PARTY: u64 = 1;
 
-/// Longest data address in `Ready` and `Dial` (`host:port`).
+/// Hello feature bit: this peer understands `Listening`. An ssh-mode server whose client set it
+/// announces its data address right after its `Hello`, so the data streams connect while the
+/// control channel still authenticates; a client accepts `Listening` only from a server that set
+/// it. Both sides of this build set it.
+pub const FEATURE_EARLY_DATA_ADDR: u64 = 2;
+
+/// Longest data address in `Ready`, `Dial` and `Listening` (`host:port`).
 pub const MAX_ADDR: usize = 256;
 
 /// Chunks a receiver wants of one file: ranges of chunk indices.
@@ -177,6 +183,9 @@ pub enum Control {
     /// receiving daemon's data address) for its session `session_id`, proving them with `ticket`
     /// (derived from the receiver's session key, see `auth::stream_ticket`).
     Dial { addr: Vec<u8>, session_id: [u8; 16], ticket: [u8; 32] },
+    /// ssh mode, right after the server's `Hello` (client set `FEATURE_EARLY_DATA_ADDR`): the
+    /// address `Ready` will carry, sent early so the data streams connect during `Auth`/`Open`.
+    Listening { data_addr: Vec<u8> },
 }
 
 const MAGIC: &[u8; 4] = b"TERN";
@@ -204,6 +213,7 @@ impl Control {
             Control::Hook { .. } => 18,
             Control::HookDone { .. } => 19,
             Control::Dial { .. } => 20,
+            Control::Listening { .. } => 21,
         }
     }
 
@@ -311,6 +321,9 @@ impl Control {
             }
             Control::Dial { addr, session_id, ticket } => {
                 w.bytes(addr).raw(session_id).raw(ticket);
+            }
+            Control::Listening { data_addr } => {
+                w.bytes(data_addr);
             }
         }
         encode_frame(self.type_byte(), &w.buf)
@@ -472,6 +485,7 @@ impl Control {
             }
             19 => Control::HookDone { status: r.u32("hook status")? as i32, output: r.message()? },
             20 => Control::Dial { addr: r.bytes("dial address", MAX_ADDR)?.to_vec(), session_id: r.array("session_id")?, ticket: r.array("ticket")? },
+            21 => Control::Listening { data_addr: r.bytes("data address", MAX_ADDR)?.to_vec() },
             other => return Err(ProtoError::UnknownType(other)),
         };
         r.finish()?;
@@ -551,6 +565,8 @@ mod tests {
         roundtrip(Control::Hook { name: "analyze".into(), path: b"/incoming/snap_003".to_vec() });
         roundtrip(Control::HookDone { status: -1, output: "killed".into() });
         roundtrip(Control::Dial { addr: b"[2001:db8::7]:7700".to_vec(), session_id: [6; 16], ticket: [7; 32] });
+        roundtrip(Control::Listening { data_addr: b"192.0.2.7:50001".to_vec() });
+        roundtrip(Control::Listening { data_addr: b":50001".to_vec() });
         let mut tp = opts;
         tp.set_third_party(true);
         assert!(tp.third_party() && !opts.third_party());
@@ -565,6 +581,28 @@ mod tests {
         let mut w = Writer::new();
         w.bytes(b"h:1").raw(&[0; 16]).raw(&[0; 31]);
         assert!(Control::decode(20, &w.buf).is_err(), "a short ticket is refused");
+    }
+
+    #[test]
+    fn refuses_long_or_padded_listening_address() {
+        let mut w = Writer::new();
+        w.bytes(&[b'a'; MAX_ADDR + 1]);
+        assert!(matches!(Control::decode(21, &w.buf), Err(ProtoError::TooLong { .. })));
+        let mut w = Writer::new();
+        w.bytes(&[b'a'; MAX_ADDR]);
+        assert!(Control::decode(21, &w.buf).is_ok(), "the bound itself is allowed");
+        w.u8(0);
+        assert_eq!(Control::decode(21, &w.buf), Err(ProtoError::TrailingBytes(1)));
+        assert!(Control::decode(21, &[0, 0]).is_err(), "a short length is refused");
+        let mut w = Writer::new();
+        w.u32(u32::MAX);
+        assert!(matches!(Control::decode(21, &w.buf), Err(ProtoError::TooLong { .. })), "a huge length is refused before allocation");
+    }
+
+    #[test]
+    fn feature_bits_are_distinct() {
+        assert_eq!(FEATURE_THIRD_PARTY & FEATURE_EARLY_DATA_ADDR, 0);
+        assert_eq!(FEATURE_EARLY_DATA_ADDR, 1 << 1);
     }
 
     #[test]
