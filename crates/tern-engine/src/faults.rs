@@ -8,6 +8,8 @@
 //!   kill lands mid-way).
 //! * `TERN_DEBUG_NO_HASH=1` — skip BLAKE3 (benchmark switch to measure integrity's cost; the
 //!   receiver then cannot verify, so it refuses to run unless both ends set it).
+//! * `TERN_DEBUG_NO_EARLY_ADDR=1` — leave Hello feature bit 1 (`FEATURE_EARLY_DATA_ADDR`) unset,
+//!   acting as a peer from before `Listening` (tests of the fallback).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -20,6 +22,7 @@ pub struct Faults {
     sent: AtomicU64,
     pub delay_ms: u64,
     pub no_hash: bool,
+    pub no_early_addr: bool,
 }
 
 pub fn faults() -> &'static Faults {
@@ -35,6 +38,7 @@ pub fn faults() -> &'static Faults {
         sent: AtomicU64::new(0),
         delay_ms: std::env::var("TERN_FAULT_DELAY_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0),
         no_hash: std::env::var("TERN_DEBUG_NO_HASH").is_ok_and(|v| v == "1"),
+        no_early_addr: std::env::var("TERN_DEBUG_NO_EARLY_ADDR").is_ok_and(|v| v == "1"),
     })
 }
 
