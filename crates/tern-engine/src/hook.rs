@@ -41,7 +41,7 @@ pub fn run_on_daemon(spec: &ClientSpec, name: &str, path: &str) -> Result<(), Tr
     let (halves, exporter) = crate::transport::tls_control_client(sock).map_err(|e| TransferError::network(format!("{addr}: TLS handshake failed: {e}")))?;
     let mut reader = CtrlReader::new(halves.reader);
     let writer = CtrlWriter::new(halves.writer);
-    crate::handshake::client(&mut reader, &writer, &key, &exporter, &format!("the daemon at {addr}"), true)?;
+    crate::handshake::client(&mut reader, &writer, &key, &exporter, &format!("the daemon at {addr}"), true, None)?;
     writer.send(&Control::Hook { name: name.to_string(), path: path.as_bytes().to_vec() })?;
     match reader.recv()? {
         Control::HookDone { status: 0, .. } => Ok(()),

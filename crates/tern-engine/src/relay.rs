@@ -75,7 +75,7 @@ fn open_channel(host: &str, port: u16, token_file: Option<&std::path::PathBuf>, 
     let mut reader = CtrlReader::new(halves.reader);
     let writer = CtrlWriter::new(halves.writer);
     let peer = format!("the daemon at {addr} (token from {}, set by {flag})", path.display());
-    let (session_key, _, features) = crate::handshake::client(&mut reader, &writer, &key, &exporter, &peer, true)?;
+    let (session_key, _, features) = crate::handshake::client(&mut reader, &writer, &key, &exporter, &peer, true, None)?;
     if features & FEATURE_THIRD_PARTY == 0 {
         return Err(TransferError::fatal(Side::Network, format!("the daemon at {addr} is too old for third-party transfers; upgrade it, or copy through a host that runs tern")));
     }

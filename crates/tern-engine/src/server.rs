@@ -116,7 +116,8 @@ pub fn source_spec(path: &Path, contents: bool) -> SourceSpec {
 }
 
 /// Serves one session on an established control channel. `streams` delivers the data streams
-/// that name `session_id`.
+/// that name `session_id`. `announce`: send `data_addr` early (`Listening`, ssh mode) to a
+/// client that understands it.
 #[allow(clippy::too_many_arguments)]
 pub fn serve_session(
     halves: ControlHalves,
@@ -125,6 +126,7 @@ pub fn serve_session(
     roots: &Roots,
     session_id: [u8; 16],
     data_addr: String,
+    announce: bool,
     streams: Receiver<PendingStream>,
     reverse_to: Option<String>,
     progress: Arc<Progress>,
@@ -138,7 +140,7 @@ pub fn serve_session(
     let _close = Defer(move || closer.close());
     let mut reader = CtrlReader::new(halves.reader);
     let writer = Arc::new(CtrlWriter::new(halves.writer));
-    let key = crate::handshake::server(&mut reader, &writer, &secret_key, &exporter)?;
+    let key = crate::handshake::server(&mut reader, &writer, &secret_key, &exporter, announce.then_some(data_addr.as_bytes()))?;
     let mut request = reader.recv()?;
     let mut filter = Filter::default();
     if let Control::Filters(rules) = &request {
@@ -338,7 +340,7 @@ fn daemon_connection(sock: TcpStream, registry: &Registry, roots: &Roots, key: &
             let (tx, rx) = unbounded();
             registry.lock().unwrap().insert(session_id, tx);
             let progress = Arc::new(Progress::default());
-            let r = serve_session(halves, exporter, *key, roots, session_id, local.to_string(), rx, None, progress, hooks, third_party);
+            let r = serve_session(halves, exporter, *key, roots, session_id, local.to_string(), false, rx, None, progress, hooks, third_party);
             registry.lock().unwrap().remove(&session_id);
             match &r {
                 Ok(s) => tracing::info!("session done: {} files, {} bytes", s.files_done, s.bytes_written),
@@ -362,8 +364,13 @@ fn daemon_connection(sock: TcpStream, registry: &Registry, roots: &Roots, key: &
 }
 
 /// `tern _remote`: the far end of an ssh-mode session. The control channel is stdin/stdout;
-/// the first line on stdin is the session secret; data streams arrive on a fresh port.
+/// the first line on stdin is the session secret; data streams arrive on a fresh port, bound
+/// first thing so that it can be announced with our `Hello` (`Listening`).
 pub fn serve_remote(port_range: Option<(u16, u16)>, reverse_port: Option<u16>) -> Result<(), TransferError> {
+    let listener = match reverse_port {
+        Some(_) => None,
+        None => Some(bind_range(port_range).map_err(|e| TransferError::fatal(Side::Network, format!("cannot listen for data streams: {e} (choose another --port-range)")))?),
+    };
     let mut stdin = BufReader::new(std::io::stdin());
     let mut line = String::new();
     stdin.read_line(&mut line).map_err(crate::control::net_err)?;
@@ -381,30 +388,35 @@ pub fn serve_remote(port_range: Option<(u16, u16)>, reverse_port: Option<u16>) -
         let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
         let key = tern_proto::auth::token_key(secret.as_bytes());
         drop(tx);
-        return serve_session(halves, [0; 32], key, &Roots::Home(home), random(), String::new(), rx, Some(bracket(client_ip, port)), Arc::new(Progress::default()), &Hooks::default(), false).map(|_| ());
+        return serve_session(halves, [0; 32], key, &Roots::Home(home), random(), String::new(), false, rx, Some(bracket(client_ip, port)), Arc::new(Progress::default()), &Hooks::default(), false).map(|_| ());
     }
-    let listener = bind_range(port_range).map_err(|e| TransferError::fatal(Side::Network, format!("cannot listen for data streams: {e} (choose another --port-range)")))?;
+    let listener = listener.expect("bound unless --reverse");
     let port = listener.local_addr().map_err(crate::control::net_err)?.port();
     // The address ssh reached us on is the one the client can reach for data, too.
     let data_addr = bracket(ssh_field(2), port);
-    thread::spawn(move || {
-        for sock in listener.incoming().flatten() {
-            let tx = tx.clone();
-            thread::spawn(move || {
-                let mut kind = [0u8; 1];
-                if (&sock).read_exact(&mut kind).is_ok()
-                    && let Ok(p) = accept_stream(sock, kind[0])
-                {
-                    let _ = tx.send(p);
-                }
-            });
-        }
-    });
+    thread::spawn(move || accept_data_streams(listener, tx));
     let halves = ControlHalves { reader: Box::new(stdin), writer: Box::new(std::io::stdout()), closer: crate::transport::Closer::noop() };
     let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
     let session_id = random::<16>();
     let key = tern_proto::auth::token_key(secret.as_bytes());
-    serve_session(halves, [0; 32], key, &Roots::Home(home), session_id, data_addr, rx, None, Arc::new(Progress::default()), &Hooks::default(), false).map(|_| ())
+    serve_session(halves, [0; 32], key, &Roots::Home(home), session_id, data_addr, true, rx, None, Arc::new(Progress::default()), &Hooks::default(), false).map(|_| ())
+}
+
+/// ssh mode's data listener: every connection that says hello goes to the session. One that
+/// closes or fails before its `DataHello` (a client's surplus early stream, a port scan) only
+/// ends its own thread.
+pub(crate) fn accept_data_streams(listener: TcpListener, tx: Sender<PendingStream>) {
+    for sock in listener.incoming().flatten() {
+        let tx = tx.clone();
+        thread::spawn(move || {
+            let mut kind = [0u8; 1];
+            if (&sock).read_exact(&mut kind).is_ok()
+                && let Ok(p) = accept_stream(sock, kind[0])
+            {
+                let _ = tx.send(p);
+            }
+        });
+    }
 }
 
 pub fn bind_range(range: Option<(u16, u16)>) -> std::io::Result<TcpListener> {

@@ -7,7 +7,7 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -158,12 +158,35 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
             let mut conn = SshConn::spawn(spec, host, &secret, reverse_port)?;
             let mut reader = CtrlReader::new(conn.stdout.take().unwrap());
             let writer = Arc::new(CtrlWriter::new(conn.stdin.take().unwrap()));
+            let data_host = ssh_host_name(host);
             let r = (|| {
-                let (session_key, rtt, features) = crate::handshake::client(&mut reader, &writer, &key, &[0; 32], host, false)?;
-                initial_streams(spec, &mut options, rtt);
+                // The stream count goes into `Open`. Without `--streams` it comes from an RTT
+                // sample, and over ssh only a second exchange gives one (the first answer waits
+                // for the login), so Hello and Auth stay apart then; with `--streams` they go in
+                // one flight. Either way the data streams start when the server says where it
+                // listens (`Listening`, with its Hello): their TCP and TLS handshakes overlap
+                // Auth and Open.
+                let pipelined = !spec.adaptive;
+                let fixed = pipelined.then_some(options.streams);
+                let (n, encrypt, bufsize) = (options.streams, !options.no_encrypt(), spec.bufsize);
+                let mut early: Option<EarlyStreams> = None;
+                let mut on_listening = |addr: &[u8]| match data_address(&String::from_utf8_lossy(addr), &data_host) {
+                    Ok(addr) => {
+                        tracing::debug!("data address announced early: {addr}; opening {n} data streams now");
+                        early = Some(EarlyStreams::start(addr, n, fixed, encrypt, bufsize));
+                    }
+                    Err(e) => tracing::debug!("early data address ignored: {e}"),
+                };
+                // --reverse: we listen, and the server announces nothing.
+                let listening: crate::handshake::OnListening = if reverse.is_some() { None } else { Some(&mut on_listening) };
+                let (session_key, rtt, features) = crate::handshake::client(&mut reader, &writer, &key, &[0; 32], host, pipelined, listening)?;
                 send_filters(&writer, features, &spec.filters, &format!("the tern on {host}"))?;
-                let data_host = ssh_host_name(host);
-                run_remote(spec, &mut options, progress, memory, rate, reader, writer, session_key, push, path, &data_host, reverse.as_ref(), Vec::new())
+                // A data stream's TCP connect is a cleaner sample than a message through ssh
+                // and both processes, when one has finished by now.
+                let rtt = early.as_ref().and_then(EarlyStreams::fastest).map_or(rtt, |c| c.min(rtt));
+                initial_streams(spec, &mut options, rtt);
+                let preconnected = early.map(|e| e.admit(options.streams)).unwrap_or_default();
+                run_remote(spec, &mut options, progress, memory, rate, reader, writer, session_key, push, path, &data_host, reverse.as_ref(), preconnected)
             })();
             r.map_err(|e| conn.explain(e))
         }
@@ -182,7 +205,7 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
             let (halves, exporter) = tls_control_client(sock).map_err(|e| TransferError::network(format!("{addr}: TLS handshake failed: {e}")))?;
             let mut reader = CtrlReader::new(halves.reader);
             let writer = Arc::new(CtrlWriter::new(halves.writer));
-            let (session_key, _, features) = crate::handshake::client(&mut reader, &writer, &key, &exporter, &format!("the daemon at {addr}"), true)?;
+            let (session_key, _, features) = crate::handshake::client(&mut reader, &writer, &key, &exporter, &format!("the daemon at {addr}"), true, None)?;
             send_filters(&writer, features, &spec.filters, &format!("the daemon at {addr}"))?;
             run_remote(spec, &mut options, progress, memory, rate, reader, writer, session_key, push, path, &bracket(host), None, preconnected)
         }
@@ -195,11 +218,15 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
 /// loopback took 3.7 s with 2 streams, 4.1-4.6 s with 4); a long path starts at the default and
 /// ramps.
 fn initial_streams(spec: &ClientSpec, options: &mut Options, rtt: Duration) {
-    if spec.adaptive && rtt < Duration::from_millis(2) {
+    if !spec.adaptive {
+        tracing::debug!("starting with {} data streams (--streams)", options.streams);
+        return;
+    }
+    if rtt < Duration::from_millis(2) {
         let cores = thread::available_parallelism().map_or(4, |n| n.get()) as u16;
         options.streams = options.streams.min(cores.max(2));
     }
-    tracing::debug!("hello round trip {rtt:?}: starting with {} data streams", options.streams);
+    tracing::debug!("round trip {rtt:?}: starting with {} data streams", options.streams);
 }
 
 /// The transfer's rules, compiled; the CLI has already checked them, so an error here is a
@@ -288,12 +315,7 @@ fn run_remote(
         let conns = accept_reverse(listener, &auth, options.streams)?;
         return run_local_role(spec, *options, progress, memory, rate, reader, writer, conns, None, push);
     }
-    // An unspecified or wildcard address means: the host we already reached.
-    let data_addr = match data_addr.rsplit_once(':') {
-        Some((ip, port)) if ip.is_empty() || ip == "0.0.0.0" || ip == "[::]" => format!("{data_host}:{port}"),
-        Some(_) => data_addr,
-        None => return Err(TransferError::fatal(Side::Network, "the server reported no data address")),
-    };
+    let data_addr = data_address(&data_addr, data_host)?;
     let bufsize = spec.bufsize;
     let (addr_for_pre, auth_for_pre) = (data_addr.clone(), auth.clone());
     let open = &move |i: u32| -> Result<DataConn, TransferError> {
@@ -301,10 +323,12 @@ fn run_remote(
         connect_stream(sock, &auth, i, bufsize).map_err(|e| TransferError::network(format!("data stream to {data_addr}: {e}")))
     };
     // Streams opened during the handshake are used if they reached the data address (a daemon
-    // takes data on its control port); the rest are opened now.
+    // takes data on its control port; an ssh-mode server announced it early); the rest are
+    // opened now.
     let target: Vec<_> = addr_for_pre.to_socket_addrs().map(|a| a.collect()).unwrap_or_default();
     let preconnected: Vec<Preconnected> =
         preconnected.into_iter().filter_map(|h| h.join().ok()?.ok()).filter(|p| p.peer_addr().is_ok_and(|a| target.contains(&a))).collect();
+    tracing::debug!("data streams: {} preconnected, {} to open", preconnected.len().min(options.streams as usize), (options.streams as usize).saturating_sub(preconnected.len()));
     // In parallel: each stream costs a TCP and a TLS handshake, three round trips on a WAN.
     let conns = thread::scope(|s| {
         let (auth, data_addr) = (&auth_for_pre, &addr_for_pre);
@@ -321,6 +345,98 @@ fn run_remote(
     let open = open.clone();
     let opener = move |i: u32| open(i).ok();
     run_local_role(spec, *options, progress, memory, rate, reader, writer, conns, Some(Box::new(opener)), push)
+}
+
+/// The data address a server reported. An unspecified or wildcard host means: the host we
+/// already reached.
+fn data_address(reported: &str, data_host: &str) -> Result<String, TransferError> {
+    match reported.rsplit_once(':') {
+        Some((ip, port)) if ip.is_empty() || ip == "0.0.0.0" || ip == "[::]" => Ok(format!("{data_host}:{port}")),
+        Some(_) => Ok(reported.to_string()),
+        None => Err(TransferError::fatal(Side::Network, "the server reported no data address; is the remote tern a compatible version?")),
+    }
+}
+
+/// Data streams started when an ssh-mode server announced its data address (`Listening`),
+/// while the control channel still authenticates and the stream count may not be known yet.
+/// Each connects TCP at once (its connect time is an RTT sample), then waits at the gate: the
+/// first `count` to get through go on with TLS, the surplus close before sending a byte, so a
+/// short path that ends up with fewer streams pays for no TLS handshake it does not use.
+struct EarlyStreams {
+    gate: Arc<(Mutex<Gate>, Condvar)>,
+    handles: Vec<thread::JoinHandle<std::io::Result<Preconnected>>>,
+}
+
+#[derive(Default)]
+struct Gate {
+    count: Option<u16>,
+    admitted: u16,
+    fastest: Option<Duration>,
+}
+
+impl EarlyStreams {
+    /// `count`: how many may go on, if already known (`--streams`).
+    fn start(addr: String, n: u16, count: Option<u16>, encrypt: bool, bufsize: Option<usize>) -> Self {
+        let gate = Arc::new((Mutex::new(Gate { count, ..Gate::default() }), Condvar::new()));
+        let handles = (0..n)
+            .map(|_| {
+                let (gate, addr) = (gate.clone(), addr.clone());
+                thread::spawn(move || {
+                    let started = Instant::now();
+                    let sock = connect_io(&addr)?;
+                    let took = started.elapsed();
+                    let (lock, opened) = &*gate;
+                    let mut g = lock.lock().unwrap();
+                    g.fastest = Some(g.fastest.map_or(took, |f| f.min(took)));
+                    let mut g = opened.wait_while(g, |g| g.count.is_none()).unwrap();
+                    if g.admitted >= g.count.unwrap_or(0) {
+                        return Err(std::io::Error::other("surplus early data stream, closed"));
+                    }
+                    g.admitted += 1;
+                    drop(g);
+                    crate::datastream::preconnect(sock, encrypt, bufsize)
+                })
+            })
+            .collect();
+        Self { gate, handles }
+    }
+
+    /// The quickest TCP connect so far.
+    fn fastest(&self) -> Option<Duration> {
+        self.gate.0.lock().unwrap().fastest
+    }
+
+    fn open_gate(&self, count: u16) {
+        let (lock, opened) = &*self.gate;
+        let mut g = lock.lock().unwrap();
+        g.count.get_or_insert(count);
+        opened.notify_all();
+    }
+
+    /// Lets `count` streams go on (unless the count was fixed at the start) and hands them over.
+    fn admit(mut self, count: u16) -> Vec<thread::JoinHandle<std::io::Result<Preconnected>>> {
+        self.open_gate(count);
+        std::mem::take(&mut self.handles)
+    }
+}
+
+impl Drop for EarlyStreams {
+    /// A session that fails before the count is known lets no stream wait.
+    fn drop(&mut self) {
+        self.open_gate(0);
+    }
+}
+
+/// `connect` for threads that report `io::Error`s.
+fn connect_io(addr: &str) -> std::io::Result<TcpStream> {
+    let mut last = None;
+    for a in addr.to_socket_addrs()? {
+        match TcpStream::connect_timeout(&a, Duration::from_secs(10)) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other(format!("{addr}: no address"))))
 }
 
 /// Starts the TCP and TLS handshakes of `n` data streams to the peer of `control` (a daemon's
@@ -644,4 +760,80 @@ fn install_remote(spec: &ClientSpec, host: &str) -> Result<(), TransferError> {
 
 pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listen() -> (String, crossbeam_channel::Receiver<crate::datastream::PendingStream>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (tx, rx) = crossbeam_channel::bounded(64);
+        thread::spawn(move || crate::server::accept_data_streams(listener, tx));
+        (addr, rx)
+    }
+
+    fn admitted(handles: Vec<thread::JoinHandle<std::io::Result<Preconnected>>>) -> Vec<Preconnected> {
+        handles.into_iter().filter_map(|h| h.join().unwrap().ok()).collect()
+    }
+
+    /// Early streams wait at the gate until the count is known; the surplus close before
+    /// sending a byte, and the ssh-mode listener, which also shrugs off a scan and a broken
+    /// TLS handshake, still takes the admitted ones into the session.
+    #[test]
+    fn surplus_early_streams_close_and_the_listener_takes_the_rest() {
+        let (addr, rx) = listen();
+        drop(TcpStream::connect(&addr).unwrap());
+        (&TcpStream::connect(&addr).unwrap()).write_all(b"D\x16\x03\x01garbage").unwrap();
+        let early = EarlyStreams::start(addr.clone(), 5, None, true, None);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while early.fastest().is_none() {
+            assert!(Instant::now() < deadline, "no early stream connected");
+            thread::sleep(Duration::from_millis(5));
+        }
+        let ok = admitted(early.admit(2));
+        assert_eq!(ok.len(), 2, "exactly the admitted streams go on");
+        let auth = StreamAuth { session_id: [1; 16], session_key: [2; 32], encrypt: true };
+        let server_auth = auth.clone();
+        let server = thread::spawn(move || {
+            let pending: Vec<_> = (0..2).map(|_| rx.recv_timeout(Duration::from_secs(10)).expect("an admitted stream said hello")).collect();
+            let conns = crate::datastream::finish_all(pending, &server_auth).unwrap();
+            assert!(rx.recv_timeout(Duration::from_millis(300)).is_err(), "a surplus stream reached the session");
+            conns.len()
+        });
+        let auth = &auth;
+        let conns: Vec<DataConn> = thread::scope(|s| {
+            let handles: Vec<_> = ok.into_iter().zip(0u32..).map(|(p, i)| s.spawn(move || p.introduce(auth, i).unwrap())).collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(conns.len(), 2);
+        assert_eq!(server.join().unwrap(), 2);
+    }
+
+    /// With `--streams` the count is fixed at the start: all go on, whatever `admit` says.
+    #[test]
+    fn fixed_count_admits_all() {
+        let (addr, _rx) = listen();
+        let early = EarlyStreams::start(addr, 3, Some(3), false, None);
+        assert_eq!(admitted(early.admit(1)).len(), 3);
+    }
+
+    /// A session that fails before the count is known lets no early stream wait.
+    #[test]
+    fn dropped_gate_releases_waiting_streams() {
+        let (addr, _rx) = listen();
+        let mut early = EarlyStreams::start(addr, 3, None, true, None);
+        let handles = std::mem::take(&mut early.handles);
+        drop(early);
+        assert_eq!(admitted(handles).len(), 0);
+    }
+
+    #[test]
+    fn wildcard_data_address_means_the_ssh_host() {
+        assert_eq!(data_address(":5000", "h").unwrap(), "h:5000");
+        assert_eq!(data_address("[::]:5000", "[::1]").unwrap(), "[::1]:5000");
+        assert_eq!(data_address("192.0.2.1:5000", "h").unwrap(), "192.0.2.1:5000");
+        assert!(data_address("nonsense", "h").is_err());
+    }
 }

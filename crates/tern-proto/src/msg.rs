@@ -119,7 +119,13 @@ pub const FEATURE_THIRD_PARTY: u64 = 1;
 /// rules refuses to go on without it: an older peer would silently copy (or delete) everything.
 pub const FEATURE_FILTERS: u64 = 4;
 
-/// Longest data address in `Ready` and `Dial` (`host:port`).
+/// Hello feature bit: this peer understands `Listening`. An ssh-mode server whose client set it
+/// announces its data address right after its `Hello`, so the data streams connect while the
+/// control channel still authenticates; a client accepts `Listening` only from a server that set
+/// it. Both sides of this build set it.
+pub const FEATURE_EARLY_DATA_ADDR: u64 = 2;
+
+/// Longest data address in `Ready`, `Dial` and `Listening` (`host:port`).
 pub const MAX_ADDR: usize = 256;
 
 /// Chunks a receiver wants of one file: ranges of chunk indices.
@@ -181,6 +187,9 @@ pub enum Control {
     /// receiving daemon's data address) for its session `session_id`, proving them with `ticket`
     /// (derived from the receiver's session key, see `auth::stream_ticket`).
     Dial { addr: Vec<u8>, session_id: [u8; 16], ticket: [u8; 32] },
+    /// ssh mode, right after the server's `Hello` (client set `FEATURE_EARLY_DATA_ADDR`): the
+    /// address `Ready` will carry, sent early so the data streams connect during `Auth`/`Open`.
+    Listening { data_addr: Vec<u8> },
     /// Before `Open`: the include/exclude rules of this transfer, in order.
     Filters(Vec<FilterRule>),
 }
@@ -210,6 +219,7 @@ impl Control {
             Control::Hook { .. } => 18,
             Control::HookDone { .. } => 19,
             Control::Dial { .. } => 20,
+            Control::Listening { .. } => 21,
             Control::Filters(_) => 22,
         }
     }
@@ -324,6 +334,9 @@ impl Control {
                 for r in rules {
                     w.u8(u8::from(r.kind == RuleKind::Include)).bytes(r.pattern.as_bytes());
                 }
+            }
+            Control::Listening { data_addr } => {
+                w.bytes(data_addr);
             }
         }
         encode_frame(self.type_byte(), &w.buf)
@@ -485,6 +498,7 @@ impl Control {
             }
             19 => Control::HookDone { status: r.u32("hook status")? as i32, output: r.message()? },
             20 => Control::Dial { addr: r.bytes("dial address", MAX_ADDR)?.to_vec(), session_id: r.array("session_id")?, ticket: r.array("ticket")? },
+            21 => Control::Listening { data_addr: r.bytes("data address", MAX_ADDR)?.to_vec() },
             22 => {
                 let n = r.u32("filter rules")? as usize;
                 if n > MAX_FILTER_RULES {
@@ -583,6 +597,8 @@ mod tests {
         roundtrip(Control::HookDone { status: -1, output: "killed".into() });
         roundtrip(Control::Dial { addr: b"[2001:db8::7]:7700".to_vec(), session_id: [6; 16], ticket: [7; 32] });
         roundtrip(Control::Filters(vec![FilterRule::include("*/"), FilterRule::exclude("/run*/**/*.tmp")]));
+        roundtrip(Control::Listening { data_addr: b"192.0.2.7:50001".to_vec() });
+        roundtrip(Control::Listening { data_addr: b":50001".to_vec() });
         let mut tp = opts;
         tp.set_third_party(true);
         assert!(tp.third_party() && !opts.third_party());
@@ -597,6 +613,28 @@ mod tests {
         let mut w = Writer::new();
         w.bytes(b"h:1").raw(&[0; 16]).raw(&[0; 31]);
         assert!(Control::decode(20, &w.buf).is_err(), "a short ticket is refused");
+    }
+
+    #[test]
+    fn refuses_long_or_padded_listening_address() {
+        let mut w = Writer::new();
+        w.bytes(&[b'a'; MAX_ADDR + 1]);
+        assert!(matches!(Control::decode(21, &w.buf), Err(ProtoError::TooLong { .. })));
+        let mut w = Writer::new();
+        w.bytes(&[b'a'; MAX_ADDR]);
+        assert!(Control::decode(21, &w.buf).is_ok(), "the bound itself is allowed");
+        w.u8(0);
+        assert_eq!(Control::decode(21, &w.buf), Err(ProtoError::TrailingBytes(1)));
+        assert!(Control::decode(21, &[0, 0]).is_err(), "a short length is refused");
+        let mut w = Writer::new();
+        w.u32(u32::MAX);
+        assert!(matches!(Control::decode(21, &w.buf), Err(ProtoError::TooLong { .. })), "a huge length is refused before allocation");
+    }
+
+    #[test]
+    fn feature_bits_are_distinct() {
+        assert_eq!(FEATURE_THIRD_PARTY & FEATURE_EARLY_DATA_ADDR, 0);
+        assert_eq!(FEATURE_EARLY_DATA_ADDR, 1 << 1);
     }
 
     #[test]

@@ -193,13 +193,20 @@ impl Ticker {
     fn start(shared: Arc<Shared>, started: Instant) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
+        let print = move || {
+            let (t, f) = shared.snapshot.lock().unwrap().clone();
+            let mut p = serde_json::to_value(&t).unwrap_or_default();
+            p["seconds"] = json!(started.elapsed().as_secs_f64());
+            p["watch"] = serde_json::to_value(&f).unwrap_or_default();
+            println!("{}", json!({ "progress": p }));
+        };
         let thread = std::thread::spawn(move || {
-            while !s.load(Ordering::Relaxed) {
-                let (t, f) = shared.snapshot.lock().unwrap().clone();
-                let mut p = serde_json::to_value(&t).unwrap_or_default();
-                p["seconds"] = json!(started.elapsed().as_secs_f64());
-                p["watch"] = serde_json::to_value(&f).unwrap_or_default();
-                println!("{}", json!({ "progress": p }));
+            loop {
+                print();
+                if s.load(Ordering::Relaxed) {
+                    // One last line with the final state, so a supervisor's last view is the end.
+                    break;
+                }
                 for _ in 0..10 {
                     if s.load(Ordering::Relaxed) {
                         break;

@@ -172,6 +172,51 @@ fn reverse_mode_connects_back_both_ways() {
     assert_same_tree(&src, &back);
 }
 
+/// ssh mode: the remote announces its data port with its Hello (`Listening`) and the data
+/// streams connect while the control channel authenticates, with and without `--streams`
+/// (which pipelines Hello and Auth), pushing and pulling. A peer from before `Listening`
+/// (feature bit cleared on either side) falls back to connecting after `Ready`.
+#[test]
+fn ssh_early_data_address_and_fallback() {
+    let Some(sshd) = require_sshd() else { return };
+    let t = scratch();
+    let src = t.path().join("src");
+    write_file(&src.join("a/big"), 11, 9 << 20);
+    write_file(&src.join("b"), 12, 1000);
+    let ssh = sshd.ssh_cmd();
+    let old_remote = "env TERN_DEBUG_NO_EARLY_ADDR=1 tern";
+    let old_client = [("TERN_DEBUG_NO_EARLY_ADDR", "1")];
+    let cases: [(&str, &[&str], &[(&str, &str)], bool); 5] = [
+        ("new", &[], &[], true),
+        ("pipelined", &["--streams", "3"], &[], true),
+        ("old-client", &[], &old_client, false),
+        ("old-server", &["--remote-bin", old_remote], &[], false),
+        ("old-server-pipelined", &["--streams", "3", "--remote-bin", old_remote], &[], false),
+    ];
+    for (name, extra, env, early) in cases {
+        for pull in [false, true] {
+            let there = t.path().join(format!("there-{name}-{pull}"));
+            let back = t.path().join(format!("back-{name}"));
+            let remote = format!("127.0.0.1:{}", there.display());
+            let (from, to) = if pull { (remote.as_str(), back.to_str().unwrap()) } else { (src.to_str().unwrap(), remote.as_str()) };
+            if pull {
+                // Pull what the push of the same case wrote.
+                fs::rename(t.path().join(format!("there-{name}-false")), &there).unwrap();
+            }
+            let mut args = vec!["cp", "-r", "-vv", "--ssh", &ssh];
+            args.extend_from_slice(extra);
+            args.extend([from, to]);
+            let r = tern(&args, env);
+            let log = r.stderr();
+            assert!(r.ok(), "{name} (pull: {pull}): {log}");
+            assert_eq!(log.contains("data address announced early"), early, "{name} (pull: {pull}): {log}");
+            // Early streams are used, not opened again; without them all are opened after Ready.
+            assert_eq!(log.contains(" 0 to open"), early, "{name} (pull: {pull}): {log}");
+            assert_same_tree(&src, if pull { &back } else { &there });
+        }
+    }
+}
+
 #[test]
 fn ipv6_daemon() {
     if std::net::TcpListener::bind("[::1]:0").is_err() {
