@@ -138,7 +138,7 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
             };
             let recv = thread::spawn(move || Receiving::new().run(CtrlReader::new(server_half.reader), Arc::new(CtrlWriter::new(server_half.writer)), theirs, params));
             let client_half = ControlHalves::from_unix(c1).map_err(local_err)?;
-            let r = run_sender(spec, options, progress, memory, rate, CtrlReader::new(client_half.reader), Arc::new(CtrlWriter::new(client_half.writer)), mine, None);
+            let r = run_sender(spec, options, progress, memory, rate, CtrlReader::new(client_half.reader), Arc::new(CtrlWriter::new(client_half.writer)), Streams::Ready(mine), None);
             let rr = recv.join().unwrap_or_else(|_| Err(TransferError::fatal(Side::Destination, "receiver thread panicked")));
             // The receiver's own error (disk full, say) says more than the sender's view.
             match (r, rr) {
@@ -313,7 +313,7 @@ fn run_remote(
     let auth = StreamAuth { session_id, session_key, encrypt: !options.no_encrypt() };
     if let Some(listener) = reverse {
         let conns = accept_reverse(listener, &auth, options.streams)?;
-        return run_local_role(spec, *options, progress, memory, rate, reader, writer, conns, None, push);
+        return run_local_role(spec, *options, progress, memory, rate, reader, writer, Streams::Ready(conns), None, push);
     }
     let data_addr = data_address(&data_addr, data_host)?;
     let bufsize = spec.bufsize;
@@ -329,22 +329,32 @@ fn run_remote(
     let preconnected: Vec<Preconnected> =
         preconnected.into_iter().filter_map(|h| h.join().ok()?.ok()).filter(|p| p.peer_addr().is_ok_and(|a| target.contains(&a))).collect();
     tracing::debug!("data streams: {} preconnected, {} to open", preconnected.len().min(options.streams as usize), (options.streams as usize).saturating_sub(preconnected.len()));
-    // In parallel: each stream costs a TCP and a TLS handshake, three round trips on a WAN.
-    let conns = thread::scope(|s| {
+    // In parallel: each stream costs a TCP and a TLS handshake, three round trips on a WAN. And
+    // in the background: the manifest and the first wants need no data stream, so the session
+    // starts now and the streams join as they come (one round trip less before data moves).
+    let n = options.streams as u32;
+    let connecting: Connecting = Box::new(move || {
         let (auth, data_addr) = (&auth_for_pre, &addr_for_pre);
-        let mut handles = Vec::new();
-        let mut preconnected = preconnected.into_iter();
-        for i in 0..options.streams as u32 {
-            handles.push(match preconnected.next() {
-                Some(p) => s.spawn(move || p.introduce(auth, i).map_err(|e| TransferError::network(format!("data stream to {data_addr}: {e}")))),
-                None => s.spawn(move || open(i)),
-            });
-        }
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(TransferError::network("stream setup panicked")))).collect::<Result<Vec<_>, _>>()
-    })?;
+        let open_now = |i: u32| -> Result<DataConn, TransferError> {
+            let sock = connect(data_addr)?;
+            connect_stream(sock, auth, i, bufsize).map_err(|e| TransferError::network(format!("data stream to {data_addr}: {e}")))
+        };
+        let open_now = &open_now;
+        thread::scope(|s| {
+            let mut handles = Vec::new();
+            let mut preconnected = preconnected.into_iter();
+            for i in 0..n {
+                handles.push(match preconnected.next() {
+                    Some(p) => s.spawn(move || p.introduce(auth, i).map_err(|e| TransferError::network(format!("data stream to {data_addr}: {e}")))),
+                    None => s.spawn(move || open_now(i)),
+                });
+            }
+            handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(TransferError::network("stream setup panicked")))).collect::<Result<Vec<_>, _>>()
+        })
+    });
     let open = open.clone();
     let opener = move |i: u32| open(i).ok();
-    run_local_role(spec, *options, progress, memory, rate, reader, writer, conns, Some(Box::new(opener)), push)
+    run_local_role(spec, *options, progress, memory, rate, reader, writer, Streams::Connecting(connecting), Some(Box::new(opener)), push)
 }
 
 /// The data address a server reported. An unspecified or wildcard host means: the host we
@@ -504,19 +514,17 @@ fn run_local_role(
     rate: &Option<Arc<RateLimit>>,
     reader: CtrlReader,
     writer: Arc<CtrlWriter>,
-    conns: Vec<DataConn>,
+    streams: Streams,
     opener: Option<Opener>,
     push: bool,
 ) -> Result<Summary, TransferError> {
     let options = &options;
     if push {
-        run_sender(spec, *options, progress, memory, rate, reader, writer, conns, opener)
+        run_sender(spec, *options, progress, memory, rate, reader, writer, streams, opener)
     } else {
         let receiving = Receiving::new();
-        let feed = receiving.feed();
-        if let Some(opener) = opener.filter(|_| spec.adaptive) {
-            start_ramp(progress.clone(), &conns, spec.max_streams, opener, Box::new(move |c| feed.add(c)));
-        }
+        let (add, fail) = (receiving.feed(), receiving.feed());
+        let conns = attach_streams(spec, progress, streams, opener, Arc::new(move |c| add.add(c)), Box::new(move |e| fail.fail(e)));
         let params = ReceiverParams {
             destination: match &spec.dest {
                 Endpoint::Local(p) => p.clone(),
@@ -534,6 +542,40 @@ fn run_local_role(
 }
 
 type Opener = Box<dyn Fn(u32) -> Option<DataConn> + Send>;
+type Connecting = Box<dyn FnOnce() -> Result<Vec<DataConn>, TransferError> + Send>;
+
+/// A session's initial data streams: set up already, or still connecting.
+enum Streams {
+    Ready(Vec<DataConn>),
+    Connecting(Connecting),
+}
+
+/// Hands a running side its initial streams (returned, or added as they finish connecting,
+/// with `fail` if they cannot) and starts the ramp on them.
+fn attach_streams(spec: &ClientSpec, progress: &Arc<Progress>, streams: Streams, opener: Option<Opener>, add: Arc<dyn Fn(DataConn) + Send + Sync>, fail: Box<dyn FnOnce(TransferError) + Send>) -> Vec<DataConn> {
+    let ramp = opener.filter(|_| spec.adaptive).map(|o| (o, progress.clone(), spec.max_streams, add.clone()));
+    let start_ramp_on = move |conns: &[DataConn]| {
+        if let Some((opener, progress, max, add)) = ramp {
+            start_ramp(progress, conns, max, opener, Box::new(move |c| add(c)));
+        }
+    };
+    match streams {
+        Streams::Ready(conns) => {
+            start_ramp_on(&conns);
+            conns
+        }
+        Streams::Connecting(connect) => {
+            thread::spawn(move || match connect() {
+                Ok(conns) => {
+                    start_ramp_on(&conns);
+                    conns.into_iter().for_each(|c| add(c));
+                }
+                Err(e) => fail(e),
+            });
+            Vec::new()
+        }
+    }
+}
 
 #[allow(clippy::too_many_arguments)]
 fn run_sender(
@@ -544,7 +586,7 @@ fn run_sender(
     rate: &Option<Arc<RateLimit>>,
     reader: CtrlReader,
     writer: Arc<CtrlWriter>,
-    conns: Vec<DataConn>,
+    streams: Streams,
     opener: Option<Opener>,
 ) -> Result<Summary, TransferError> {
     let sources = spec
@@ -556,10 +598,8 @@ fn run_sender(
         })
         .collect();
     let sending = Sending::new();
-    let feed = sending.feed();
-    if let Some(opener) = opener.filter(|_| spec.adaptive) {
-        start_ramp(progress.clone(), &conns, spec.max_streams, opener, Box::new(move |c| feed.add(c)));
-    }
+    let (add, fail) = (sending.feed(), sending.feed());
+    let conns = attach_streams(spec, progress, streams, opener, Arc::new(move |c| add.add(c)), Box::new(move |e| fail.fail(e)));
     let params = SenderParams { sources, options, progress: progress.clone(), memory: memory.clone(), rate: rate.clone(), filter: compile_filter(spec)? };
     sending.run(reader, writer, conns, params)
 }
