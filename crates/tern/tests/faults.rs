@@ -188,74 +188,113 @@ fn final_names(root: &Path) -> Vec<std::path::PathBuf> {
     out
 }
 
-/// TigerBeetle's habit: crash at many points, not one. Each round kills one side (the client
-/// sending, or the daemon receiving) at a pseudo-random moment; after every crash each file
-/// under its final name must be complete and identical to its source. Then a clean run must
-/// finish the tree sending only what was neither renamed into place nor journaled as verified.
-/// The seed is printed; `TERN_CRASH_SEED=N` replays or explores.
-#[test]
-fn crashes_at_random_points_never_expose_a_partial_file_or_lose_verified_work() {
-    let seed: u64 = std::env::var("TERN_CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(2);
-    let mut rng = seed;
-    let mut next = move |n: u64| {
-        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (rng >> 33) % n
-    };
-    let t = scratch();
-    let src = t.path().join("src");
+/// The tree the crash tests copy: 100 small files, then (walked last, in `zz/`) three of 24 MiB,
+/// so crashes land in both. Returns the bytes in it.
+fn crash_tree(src: &Path) -> u64 {
     for i in 0..3u64 {
         write_file(&src.join(format!("zz/big{i}.bin")), 500 + i, 24 << 20);
     }
     for i in 0..100u64 {
         write_file(&src.join(format!("d{}/s{i}", i % 7)), i, (i as usize * 7919) % 65536 + 1);
     }
-    let total = final_names(&src).len();
-    let total_bytes: u64 = 3 * (24 << 20) + (0..100u64).map(|i| (i * 7919) % 65536 + 1).sum::<u64>();
-    let root = t.path().join("root");
-    fs::create_dir(&root).unwrap();
-    let token = t.path().join("token");
-    let dst = root.join("copy");
+    3 * (24 << 20) + (0..100u64).map(|i| (i * 7919) % 65536 + 1).sum::<u64>()
+}
+
+/// TigerBeetle's habit: crash at many points, not one. Each of eight rounds starts `tern cp -r
+/// src/. DEST` (`dest()` gives DEST and its flags) and kills one side at a pseudo-random moment:
+/// the client (sender) or, through `kill_far`, the far end (receiver). After every crash each
+/// file under its final name must be complete and identical to its source. Then a clean run
+/// must finish the tree sending only what was neither renamed into place nor journaled as
+/// verified. The seed is printed; `TERN_CRASH_SEED=N` replays or explores.
+/// `setup`: how long a run takes to start moving data (an ssh login), added to every kill time.
+fn crash_rounds(src: &Path, total_bytes: u64, dst: &Path, setup: Duration, dest: &mut dyn FnMut() -> (Vec<String>, String), kill_far: &mut dyn FnMut()) {
+    let seed: u64 = std::env::var("TERN_CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(2);
+    let mut rng = seed;
+    let mut next = move |n: u64| {
+        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (rng >> 33) % n
+    };
+    let total = final_names(src).len();
     let contents = format!("{}/.", src.display());
-    let mut daemon = Daemon::start(&root, &token);
+    // Flags first: the sources and the destination must stay together on the command line.
+    let cp = |(flags, url): (Vec<String>, String), extra: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = ["cp", "-r"].map(String::from).to_vec();
+        a.extend(flags);
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a.extend([contents.clone(), url]);
+        a
+    };
     for round in 0..8 {
-        let url = daemon.url("/copy");
-        let args = ["cp", "-r", &contents, &url, "--token-file", token.to_str().unwrap(), "--streams", "2", "--retry-for", "0"];
+        let args = cp(dest(), &["--streams", "2", "--retry-for", "0"]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         // 172 chunks at 15 ms on 2 streams: about 1.3 s of sending, cut into rounds of 0.1-0.4 s.
-        // The big files are walked last (in zz/), so crashes land inside them too.
         let mut client = spawn_tern(&args, &[("TERN_FAULT_DELAY_MS", "15")]);
-        let after = Duration::from_millis(100 + next(300));
+        let after = setup + Duration::from_millis(100 + next(300));
         std::thread::sleep(after);
-        let kill_daemon = next(2) == 0;
-        if kill_daemon {
-            daemon.kill9();
+        let far = next(2) == 0;
+        if far {
+            kill_far();
         } else {
             let _ = client.kill();
         }
         let out = finish(client);
-        let landed = final_names(&dst);
+        let landed = final_names(dst);
         for rel in &landed {
             let Ok(got) = fs::read(dst.join(rel)) else { continue };
             assert!(got == fs::read(src.join(rel)).unwrap(), "seed {seed} round {round}: {} is under its final name but not complete", rel.display());
         }
         eprintln!(
             "seed {seed} round {round}: killed the {} after {after:?}: {} of {total} files in place{}",
-            if kill_daemon { "daemon (receiver)" } else { "client (sender)" },
+            if far { "far end (receiver)" } else { "client (sender)" },
             landed.len(),
             if out.ok() { " (the run had already finished)" } else { "" }
         );
-        if kill_daemon {
-            daemon = Daemon::start(&root, &token);
-        }
     }
     // What the crashes left verified: files in place, plus journaled chunks of the big files.
     std::thread::sleep(Duration::from_millis(300));
-    let landed = final_names(&dst);
+    let landed = final_names(dst);
     let in_place: u64 = landed.iter().map(|rel| fs::metadata(dst.join(rel)).unwrap().len()).sum();
     let journaled: u64 = (0..3).filter(|i| !landed.contains(&format!("zz/big{i}.bin").into())).map(|i| journal_records(&dst.join(format!("zz/.big{i}.bin.tern-journal"))) * MIB).sum();
-    let r = tern(&["cp", "-r", &contents, &daemon.url("/copy"), "--token-file", token.to_str().unwrap()], &[]);
+    let args = cp(dest(), &[]);
+    let r = tern(&args.iter().map(String::as_str).collect::<Vec<_>>(), &[]);
     assert!(r.ok(), "{}", r.stderr());
     eprintln!("measured: after 8 crashes {in_place} bytes in place + {journaled} journaled of {total_bytes}; the final run sent {}", r.u64("bytes"));
     assert!(r.u64("bytes") <= total_bytes - in_place - journaled, "seed {seed}: the final run re-sent verified data");
-    assert_same_tree(&src, &dst);
-    assert_no_leftovers(&dst);
+    assert_same_tree(src, dst);
+    assert_no_leftovers(dst);
+}
+
+#[test]
+fn crashes_at_random_points_through_a_daemon_never_expose_a_partial_file_or_lose_verified_work() {
+    let t = scratch();
+    let src = t.path().join("src");
+    let total_bytes = crash_tree(&src);
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let token = t.path().join("token");
+    let daemon = std::cell::RefCell::new(Daemon::start(&root, &token));
+    let tok = token.to_str().unwrap().to_string();
+    crash_rounds(&src, total_bytes, &root.join("copy"), Duration::ZERO, &mut || (vec!["--token-file".into(), tok.clone()], daemon.borrow().url("/copy")), &mut || {
+        let mut d = daemon.borrow_mut();
+        d.kill9();
+        *d = Daemon::start(&root, &token);
+    });
+}
+
+/// The same over ssh (the default mode): the far end is the `tern _remote` that sshd started.
+#[test]
+fn crashes_at_random_points_over_ssh_never_expose_a_partial_file_or_lose_verified_work() {
+    let Some(sshd) = require_sshd() else { return };
+    let t = scratch();
+    let src = t.path().join("src");
+    let total_bytes = crash_tree(&src);
+    let dst = t.path().join("copy");
+    let ssh = sshd.ssh_cmd();
+    crash_rounds(&src, total_bytes, &dst, Duration::from_millis(350), &mut || (vec!["--ssh".into(), ssh.clone()], format!("127.0.0.1:{}", dst.display())), &mut || {
+        for pid in descendants(sshd.pid()) {
+            if fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.windows(7).any(|w| w == b"_remote")) {
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            }
+        }
+    });
 }

@@ -296,6 +296,35 @@ impl Sshd {
     }
 }
 
+impl Sshd {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+/// Every process below `pid` (children, their children, ...), from /proc.
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let mut parent_of = Vec::new();
+    for e in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(stat) = fs::read_to_string(e.path().join("stat")) else { continue };
+        // pid (comm) state ppid ...: comm may hold spaces, so parse after the last ')'.
+        let Some((_, rest)) = stat.rsplit_once(')') else { continue };
+        let (Ok(p), Some(pp)) = (e.file_name().to_string_lossy().parse::<u32>(), rest.split_whitespace().nth(1).and_then(|p| p.parse::<u32>().ok())) else { continue };
+        parent_of.push((p, pp));
+    }
+    let mut out = Vec::new();
+    let mut frontier = vec![pid];
+    while let Some(p) = frontier.pop() {
+        for &(c, pp) in &parent_of {
+            if pp == p {
+                out.push(c);
+                frontier.push(c);
+            }
+        }
+    }
+    out
+}
+
 impl Drop for Sshd {
     fn drop(&mut self) {
         let _ = self.child.kill();
