@@ -43,12 +43,12 @@ pub(crate) fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<
     // The receiver first: its Ready carries what the sender needs to reach it.
     let dst_token = spec.dst_token_file.as_ref().or(spec.token_file.as_ref());
     let mut b = open_channel(dst_host, *dst_port, dst_token, "--dst-token-file")?;
-    send_filters(&b.writer, b.features, &spec.filters, &format!("the daemon at {}", b.addr))?;
+    send_filters(&b.writer, b.features, spec, false, &format!("the daemon at {}", b.addr))?;
     b.writer.send(&Control::Open { server_role: Role::Receiver, options, sources: sources.clone(), destination: dst_path.as_bytes().to_vec() })?;
     let (session_id, data_addr) = expect_ready(&mut b)?;
     check_reachable(&data_addr, &format!("{}:{src_port}", bracket(src_host)))?;
     let mut a = open_channel(src_host, *src_port, spec.token_file.as_ref(), "--token-file")?;
-    send_filters(&a.writer, a.features, &spec.filters, &format!("the daemon at {}", a.addr))?;
+    send_filters(&a.writer, a.features, spec, true, &format!("the daemon at {}", a.addr))?;
     a.writer.send(&Control::Open { server_role: Role::Sender, options, sources, destination: Vec::new() })?;
     let ticket = tern_proto::auth::stream_ticket(&b.session_key);
     a.writer.send(&Control::Dial { addr: data_addr.into_bytes(), session_id, ticket })?;

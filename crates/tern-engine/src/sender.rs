@@ -24,7 +24,7 @@ use crate::faults::{chunk_hash, faults};
 use crate::progress::Progress;
 use crate::ratelimit::RateLimit;
 use crate::seal::TAG_LEN;
-use crate::walk::{SourceSpec, SrcFile, walk};
+use crate::walk::{SourceSpec, SrcFile, walk, walk_list};
 
 /// What the sending side remembers across reconnects within one run.
 #[derive(Default)]
@@ -43,6 +43,8 @@ pub struct SenderParams {
     pub rate: Option<Arc<RateLimit>>,
     /// `--exclude`/`--include` rules, applied while walking.
     pub filter: Filter,
+    /// `--files-from`: walk these paths under the one source instead of the whole tree.
+    pub list: Option<Arc<Vec<Vec<u8>>>>,
 }
 
 struct Work {
@@ -144,8 +146,8 @@ impl Sending {
         }
         crate::control::spawn_reader(reader, events.clone(), Event::Ctrl, Event::CtrlFailed);
         {
-            let (ev, w, sources, opts, memory, filter) = (events.clone(), writer.clone(), p.sources.clone(), p.options, p.memory.clone(), p.filter.clone());
-            thread::spawn(move || walker(ev, w, sources, opts, memory, filter));
+            let (ev, w, sources, opts, memory, filter, list) = (events.clone(), writer.clone(), p.sources.clone(), p.options, p.memory.clone(), p.filter.clone(), p.list.clone());
+            thread::spawn(move || walker(ev, w, sources, opts, memory, filter, list));
         }
 
 
@@ -379,7 +381,7 @@ fn file_end(id: u64, f: &FileState) -> Control {
 const CHANGED: &str = "file changed while it was being sent (size or mtime differs); re-run to send the new version";
 
 /// Walks the sources, registering entries with the main loop before announcing them.
-fn walker(events: Sender<Event>, writer: Arc<CtrlWriter>, sources: Vec<SourceSpec>, opts: Options, memory: Arc<Mutex<SendMemory>>, filter: Filter) {
+fn walker(events: Sender<Event>, writer: Arc<CtrlWriter>, sources: Vec<SourceSpec>, opts: Options, memory: Arc<Mutex<SendMemory>>, filter: Filter, list: Option<Arc<Vec<Vec<u8>>>>) {
     const BATCH: usize = 512;
     let mut batch: Vec<SrcFile> = Vec::with_capacity(BATCH);
     let mut next_id = 0u64;
@@ -416,29 +418,28 @@ fn walker(events: Sender<Event>, writer: Arc<CtrlWriter>, sources: Vec<SourceSpe
     let mut warn = |e: TransferError| {
         let _ = events.send(Event::WalkWarning(e));
     };
-    let r = walk(
-        &sources,
-        opts.recursive(),
-        &filter,
-        &mut |f| {
-            if f.kind == EntryKind::File && finished.contains(&f.rel) {
-                return true;
-            }
-            if f.kind == EntryKind::File {
-                files += 1;
-                bytes += f.size;
-            }
-            batch.push(f);
-            if batch.len() >= BATCH
-                && let Err(e) = flush(&mut batch, &mut next_id)
-            {
-                failed = Some(e);
-                return false;
-            }
-            true
-        },
-        &mut warn,
-    );
+    let mut emit = |f: SrcFile| {
+        if f.kind == EntryKind::File && finished.contains(&f.rel) {
+            return true;
+        }
+        if f.kind == EntryKind::File {
+            files += 1;
+            bytes += f.size;
+        }
+        batch.push(f);
+        if batch.len() >= BATCH
+            && let Err(e) = flush(&mut batch, &mut next_id)
+        {
+            failed = Some(e);
+            return false;
+        }
+        true
+    };
+    let r = match &list {
+        Some(list) if sources.len() == 1 => walk_list(&sources[0], list, opts.recursive(), &filter, &mut emit, &mut warn),
+        Some(_) => Err(TransferError::fatal(Side::Source, "--files-from takes one source directory")),
+        None => walk(&sources, opts.recursive(), &filter, &mut emit, &mut warn),
+    };
     let r = r.and_then(|_| match failed.take() {
         Some(e) => Err(e),
         None => flush(&mut batch, &mut next_id),

@@ -13,7 +13,7 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 use tern_proto::Control;
 use tern_proto::filter::Filter;
-use tern_proto::msg::{Role, Summary};
+use tern_proto::msg::{MAX_FILE_LIST, Role, Summary};
 
 use crate::control::{CtrlReader, CtrlWriter};
 use crate::datastream::{DataConn, PendingStream, StreamAuth, accept_stream};
@@ -141,15 +141,26 @@ pub fn serve_session(
     let mut reader = CtrlReader::new(halves.reader);
     let writer = Arc::new(CtrlWriter::new(halves.writer));
     let key = crate::handshake::server(&mut reader, &writer, &secret_key, &exporter, announce.then_some(data_addr.as_bytes()))?;
-    let mut request = reader.recv()?;
+    // Before Open: the transfer's rules and its file list, if it has them.
+    let refuse = |m: String| {
+        let _ = writer.send(&Control::Fatal { side: Side::Network, message: m.clone() });
+        TransferError::fatal(Side::Network, m)
+    };
     let mut filter = Filter::default();
-    if let Control::Filters(rules) = &request {
-        filter = Filter::new(rules).map_err(|m| {
-            let _ = writer.send(&Control::Fatal { side: Side::Network, message: m.clone() });
-            TransferError::fatal(Side::Network, m)
-        })?;
-        request = reader.recv()?;
-    }
+    let mut list: Option<Vec<Vec<u8>>> = None;
+    let request = loop {
+        match reader.recv()? {
+            Control::Filters(rules) => filter = Filter::new(&rules).map_err(refuse)?,
+            Control::FileList(paths) => {
+                let l = list.get_or_insert_with(Vec::new);
+                if l.len() + paths.len() > MAX_FILE_LIST {
+                    return Err(refuse(format!("--files-from lists more than {MAX_FILE_LIST} paths; split the list into several transfers")));
+                }
+                l.extend(paths);
+            }
+            other => break other,
+        }
+    };
     let (role, options, sources, destination) = match request {
         Control::Open { server_role, options, sources, destination } => (server_role, options, sources, destination),
         Control::Hook { name, path } => return crate::hook::serve(hooks, roots, &name, &path, &writer).map(|_| Summary::default()),
@@ -159,7 +170,9 @@ pub fn serve_session(
         Ok(match role {
             Role::Sender => {
                 let specs = sources.iter().map(|s| roots.resolve(s).map(|p| source_spec(&p, options.contents()))).collect::<Result<Vec<_>, _>>()?;
-                crate::walk::check_sources(&specs, options.recursive())?;
+                if list.is_none() {
+                    crate::walk::check_sources(&specs, options.recursive())?;
+                }
                 (specs, PathBuf::new())
             }
             Role::Receiver => (Vec::new(), roots.resolve(&destination)?),
@@ -225,7 +238,7 @@ pub fn serve_session(
             let sending = Sending::new();
             let (feed, failed) = (sending.feed(), sending.feed());
             forward(Box::new(move |c| feed.add(c)), Box::new(move |e| failed.fail(e)));
-            let params = SenderParams { sources: specs, options, progress, memory: Arc::new(Mutex::new(SendMemory::default())), rate: None, filter };
+            let params = SenderParams { sources: specs, options, progress, memory: Arc::new(Mutex::new(SendMemory::default())), rate: None, filter, list: list.map(Arc::new) };
             sending.run(reader, writer, conns, params)
         }
         Role::Receiver => {

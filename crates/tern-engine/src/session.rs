@@ -12,7 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use tern_proto::filter::{Filter, FilterRule};
-use tern_proto::msg::{FEATURE_FILTERS, Role, Summary};
+use tern_proto::msg::{FEATURE_FILE_LIST, FEATURE_FILTERS, Role, Summary};
 use tern_proto::{Control, Options};
 
 use crate::control::{CtrlReader, CtrlWriter};
@@ -72,6 +72,8 @@ pub struct ClientSpec {
     pub retry_for: Duration,
     /// `--exclude`/`--include`/`--filter` rules in command-line order.
     pub filters: Vec<FilterRule>,
+    /// `--files-from`: paths under the one source directory to copy instead of all of it.
+    pub files_from: Option<Arc<Vec<Vec<u8>>>>,
 }
 
 /// Runs a whole transfer. Per-file failures are in `progress.errors`; `Err` is a failure of the
@@ -180,7 +182,7 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
                 // --reverse: we listen, and the server announces nothing.
                 let listening: crate::handshake::OnListening = if reverse.is_some() { None } else { Some(&mut on_listening) };
                 let (session_key, rtt, features) = crate::handshake::client(&mut reader, &writer, &key, &[0; 32], host, pipelined, listening)?;
-                send_filters(&writer, features, &spec.filters, &format!("the tern on {host}"))?;
+                send_filters(&writer, features, spec, !push, &format!("the tern on {host}"))?;
                 // A data stream's TCP connect is a cleaner sample than a message through ssh
                 // and both processes, when one has finished by now.
                 let rtt = early.as_ref().and_then(EarlyStreams::fastest).map_or(rtt, |c| c.min(rtt));
@@ -206,7 +208,7 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
             let mut reader = CtrlReader::new(halves.reader);
             let writer = Arc::new(CtrlWriter::new(halves.writer));
             let (session_key, _, features) = crate::handshake::client(&mut reader, &writer, &key, &exporter, &format!("the daemon at {addr}"), true, None)?;
-            send_filters(&writer, features, &spec.filters, &format!("the daemon at {addr}"))?;
+            send_filters(&writer, features, spec, !push, &format!("the daemon at {addr}"))?;
             run_remote(spec, &mut options, progress, memory, rate, reader, writer, session_key, push, path, &bracket(host), None, preconnected)
         }
     }
@@ -235,16 +237,26 @@ pub(crate) fn compile_filter(spec: &ClientSpec) -> Result<Filter, TransferError>
     Filter::new(&spec.filters).map_err(|m| TransferError::fatal(Side::Source, m))
 }
 
-/// Sends the rules before `Open`. A peer that cannot apply them is refused rather than allowed
-/// to copy, and with `--delete` remove, what the user meant to exclude.
-pub(crate) fn send_filters(writer: &CtrlWriter, features: u64, rules: &[FilterRule], peer: &str) -> Result<(), TransferError> {
-    if rules.is_empty() {
-        return Ok(());
+/// Sends the rules and the file list before `Open`. A peer that cannot apply them is refused
+/// rather than allowed to copy, and with `--delete` remove, what the user meant to leave out.
+/// `to_sender`: the list matters only where the walk happens.
+pub(crate) fn send_filters(writer: &CtrlWriter, features: u64, spec: &ClientSpec, to_sender: bool, peer: &str) -> Result<(), TransferError> {
+    let too_old = |what: &str| TransferError::fatal(Side::Network, format!("{peer} runs an older tern that cannot apply {what}; upgrade it there (or pass --install-remote over ssh)"));
+    if !spec.filters.is_empty() {
+        if features & FEATURE_FILTERS == 0 {
+            return Err(too_old("--exclude/--include"));
+        }
+        writer.send(&Control::Filters(spec.filters.clone()))?;
     }
-    if features & FEATURE_FILTERS == 0 {
-        return Err(TransferError::fatal(Side::Network, format!("{peer} runs an older tern that cannot apply --exclude/--include; upgrade it there (or pass --install-remote over ssh)")));
+    if let Some(list) = spec.files_from.as_ref().filter(|_| to_sender) {
+        if features & FEATURE_FILE_LIST == 0 {
+            return Err(too_old("--files-from"));
+        }
+        for part in list.chunks(tern_proto::limits::MAX_LIST) {
+            writer.send(&Control::FileList(part.to_vec()))?;
+        }
     }
-    writer.send(&Control::Filters(rules.to_vec()))
+    Ok(())
 }
 
 fn local_err(e: std::io::Error) -> TransferError {
@@ -600,7 +612,7 @@ fn run_sender(
     let sending = Sending::new();
     let (add, fail) = (sending.feed(), sending.feed());
     let conns = attach_streams(spec, progress, streams, opener, Arc::new(move |c| add.add(c)), Box::new(move |e| fail.fail(e)));
-    let params = SenderParams { sources, options, progress: progress.clone(), memory: memory.clone(), rate: rate.clone(), filter: compile_filter(spec)? };
+    let params = SenderParams { sources, options, progress: progress.clone(), memory: memory.clone(), rate: rate.clone(), filter: compile_filter(spec)?, list: spec.files_from.clone() };
     sending.run(reader, writer, conns, params)
 }
 

@@ -29,9 +29,12 @@ pub fn options(argv: &[String], host: &str) -> Vec<String> {
     ]
 }
 
+/// What `ssh -G` said, per ssh command and host, for this process's lifetime.
+type Answers = HashMap<(Vec<String>, String), bool>;
+
 /// `ssh -G` prints the configuration ssh would use for `host` without connecting.
 fn user_config_multiplexes(argv: &[String], host: &str) -> bool {
-    static SEEN: Mutex<Option<HashMap<(Vec<String>, String), bool>>> = Mutex::new(None);
+    static SEEN: Mutex<Option<Answers>> = Mutex::new(None);
     let key = (argv.to_vec(), host.to_string());
     if let Some(&known) = SEEN.lock().unwrap().get_or_insert_with(HashMap::new).get(&key) {
         return known;

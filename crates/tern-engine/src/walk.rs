@@ -107,6 +107,81 @@ pub fn walk(
     Ok(())
 }
 
+/// `--files-from`: the listed paths under the one source directory instead of all of it. Parents
+/// come before children (each emitted once, however often listed), a listed directory brings
+/// its subtree when `recursive`, the filter still applies, and a listed path that is missing or
+/// unreadable is reported and skipped.
+pub fn walk_list(
+    source: &SourceSpec,
+    list: &[Vec<u8>],
+    recursive: bool,
+    filter: &Filter,
+    emit: &mut dyn FnMut(SrcFile) -> bool,
+    warn: &mut dyn FnMut(TransferError),
+) -> Result<(), TransferError> {
+    let root = &source.path;
+    let md = fs::metadata(root).map_err(|e| TransferError::io(Side::Source, root.display().to_string(), "cannot read", &e).into_fatal())?;
+    if !md.is_dir() {
+        return Err(TransferError::fatal(Side::Source, format!("{}: --files-from needs the source to be a directory", root.display())));
+    }
+    let mut emitted: std::collections::HashSet<Vec<u8>> = std::collections::HashSet::new();
+    'paths: for rel in list {
+        if rel.is_empty() || emitted.contains(rel) {
+            continue;
+        }
+        let parts: Vec<&[u8]> = rel.split(|&b| b == b'/').collect();
+        // Parents first, each once; a parent that is excluded or not a directory drops the path.
+        for depth in 1..parts.len() {
+            let parent = parts[..depth].join(&b'/');
+            if emitted.contains(&parent) {
+                continue;
+            }
+            let path = root.join(std::ffi::OsStr::from_bytes(&parent));
+            let Some(mut d) = fs::symlink_metadata(&path).ok().and_then(|m| describe(&path, &m)).filter(|d| d.kind == EntryKind::Dir) else {
+                warn(TransferError::file(Side::Source, root.join(std::ffi::OsStr::from_bytes(rel)).display().to_string(), "listed in --files-from, but a parent is not a directory here; skipped"));
+                continue 'paths;
+            };
+            if filter.excludes(&parent, true) {
+                continue 'paths;
+            }
+            d.rel = parent.clone();
+            emitted.insert(parent);
+            if !emit(d) {
+                return Ok(());
+            }
+        }
+        let path = root.join(std::ffi::OsStr::from_bytes(rel));
+        let md = match fs::symlink_metadata(&path) {
+            Ok(md) => md,
+            Err(e) => {
+                warn(TransferError::io(Side::Source, path.display().to_string(), "listed in --files-from, but cannot read", &e));
+                continue;
+            }
+        };
+        let Some(mut f) = describe(&path, &md) else {
+            warn(TransferError::file(Side::Source, path.display().to_string(), "not a regular file, directory or symlink; skipped"));
+            continue;
+        };
+        let is_dir = f.kind == EntryKind::Dir;
+        if filter.excludes(rel, is_dir) {
+            continue;
+        }
+        f.rel = rel.clone();
+        emitted.insert(rel.clone());
+        if !emit(f) {
+            return Ok(());
+        }
+        if is_dir && recursive {
+            // Entries under it that are listed too are skipped later (emitted once).
+            let mut deduped = |f: SrcFile| if emitted.insert(f.rel.clone()) { emit(f) } else { true };
+            if !walk_dir(&path, rel, filter, &mut deduped, warn) {
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Depth-first, names sorted for a deterministic order. Returns false if `emit` asked to stop.
 fn walk_dir(dir: &Path, rel: &[u8], filter: &Filter, emit: &mut dyn FnMut(SrcFile) -> bool, warn: &mut dyn FnMut(TransferError)) -> bool {
     let mut stack: Vec<(PathBuf, Vec<u8>)> = vec![(dir.to_path_buf(), rel.to_vec())];

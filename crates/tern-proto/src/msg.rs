@@ -118,6 +118,10 @@ pub const FEATURE_THIRD_PARTY: u64 = 1;
 /// Hello feature bit: this peer applies include/exclude rules sent in `Filters`. A client with
 /// rules refuses to go on without it: an older peer would silently copy (or delete) everything.
 pub const FEATURE_FILTERS: u64 = 4;
+/// Hello feature bit: this peer walks a list of paths sent in `FileList` (`--files-from`).
+pub const FEATURE_FILE_LIST: u64 = 8;
+/// Most paths one transfer's `FileList` messages may carry in all.
+pub const MAX_FILE_LIST: usize = 1_000_000;
 
 /// Hello feature bit: this peer understands `Listening`. An ssh-mode server whose client set it
 /// announces its data address right after its `Hello`, so the data streams connect while the
@@ -192,6 +196,8 @@ pub enum Control {
     Listening { data_addr: Vec<u8> },
     /// Before `Open`: the include/exclude rules of this transfer, in order.
     Filters(Vec<FilterRule>),
+    /// Before `Open`, repeated: paths under the source directory to copy instead of walking it.
+    FileList(Vec<Vec<u8>>),
 }
 
 const MAGIC: &[u8; 4] = b"TERN";
@@ -221,6 +227,7 @@ impl Control {
             Control::Dial { .. } => 20,
             Control::Listening { .. } => 21,
             Control::Filters(_) => 22,
+            Control::FileList(_) => 23,
         }
     }
 
@@ -337,6 +344,12 @@ impl Control {
             }
             Control::Listening { data_addr } => {
                 w.bytes(data_addr);
+            }
+            Control::FileList(paths) => {
+                w.u32(paths.len() as u32);
+                for p in paths {
+                    w.bytes(p);
+                }
             }
         }
         encode_frame(self.type_byte(), &w.buf)
@@ -517,6 +530,16 @@ impl Control {
                 }
                 Control::Filters(rules)
             }
+            23 => {
+                let n = r.count("file list")?;
+                let mut paths = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let p = r.bytes("listed path", limits::MAX_PATH)?;
+                    validate_relative(p)?;
+                    paths.push(p.to_vec());
+                }
+                Control::FileList(paths)
+            }
             other => return Err(ProtoError::UnknownType(other)),
         };
         r.finish()?;
@@ -597,6 +620,7 @@ mod tests {
         roundtrip(Control::HookDone { status: -1, output: "killed".into() });
         roundtrip(Control::Dial { addr: b"[2001:db8::7]:7700".to_vec(), session_id: [6; 16], ticket: [7; 32] });
         roundtrip(Control::Filters(vec![FilterRule::include("*/"), FilterRule::exclude("/run*/**/*.tmp")]));
+        roundtrip(Control::FileList(vec![b"run1/a.h5".to_vec(), b"d/\xff name".to_vec()]));
         roundtrip(Control::Listening { data_addr: b"192.0.2.7:50001".to_vec() });
         roundtrip(Control::Listening { data_addr: b":50001".to_vec() });
         let mut tp = opts;
@@ -675,6 +699,19 @@ mod tests {
         let mut w = Writer::new();
         w.u32(1).u8(7).bytes(b"*");
         assert!(Control::decode(22, &w.buf).is_err());
+    }
+
+    #[test]
+    fn refuses_escaping_or_oversized_file_lists() {
+        let mut w = Writer::new();
+        w.u32(1).bytes(b"../etc/passwd");
+        assert!(Control::decode(23, &w.buf).is_err());
+        let mut w = Writer::new();
+        w.u32(1).bytes(b"/etc/passwd");
+        assert!(Control::decode(23, &w.buf).is_err());
+        let mut w = Writer::new();
+        w.u32(limits::MAX_LIST as u32 + 1);
+        assert!(matches!(Control::decode(23, &w.buf), Err(ProtoError::TooLong { .. })));
     }
 
     #[test]

@@ -171,6 +171,11 @@ pub(crate) struct Common {
     pub(crate) fail_fast: bool,
     #[command(flatten)]
     pub(crate) filters: crate::filter_args::FilterArgs,
+    /// Copy only the paths listed in FILE (one per line, relative to the one SRC directory; `-`
+    /// reads standard input). Each keeps its relative place under DST, with its parent
+    /// directories; a listed directory brings its contents with -r.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) files_from: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -321,6 +326,18 @@ pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: boo
     }
     let chunk_size = u32::try_from(c.chunk_size).ok().filter(|&s| (tern_proto::limits::MIN_CHUNK_SIZE..=tern_proto::limits::MAX_CHUNK_SIZE).contains(&s));
     let Some(chunk_size) = chunk_size else { bail!("--chunk-size must be between 64K and 64M") };
+    let files_from = match &c.files_from {
+        Some(file) => {
+            if sources.len() != 1 {
+                bail!("--files-from takes one SRC directory (the listed paths are relative to it)");
+            }
+            if delete {
+                bail!("--delete with --files-from would remove everything not listed; use one or the other");
+            }
+            Some(Arc::new(read_file_list(file)?))
+        }
+        None => None,
+    };
     let local = sources[0].is_local() && dest.is_local();
     // Eight streams fill a 1 Gb/s, 68 ms path even with 4 MiB socket buffers; more come if
     // they help (the ramp). Locally, streams are I/O workers: four keep a disk busy.
@@ -333,7 +350,7 @@ pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: boo
         let t = s.trim_end_matches('/');
         t == "." || t.ends_with("/.") || t.ends_with(":.") || t.ends_with(':')
     };
-    options.set_contents(sync || srcs.iter().any(contents_of));
+    options.set_contents(sync || files_from.is_some() || srcs.iter().any(contents_of));
     options.set_checksum(checksum);
     options.set_delete(delete);
     options.set_dry_run(c.dry_run);
@@ -361,8 +378,41 @@ pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: boo
         bufsize: c.tcp_buffer.map(|b| b as usize),
         retry_for: Duration::from_secs(c.retry_for),
         filters: c.filters.rules.clone(),
+        files_from,
     };
     Ok(spec)
+}
+
+/// `--files-from`: one path per line, relative to SRC (a leading `/` or `./` is dropped); blank
+/// lines and lines starting with `#` are skipped. Names are bytes: non-UTF-8 names work.
+fn read_file_list(file: &std::path::Path) -> Result<Vec<Vec<u8>>> {
+    let text = if file.as_os_str() == "-" {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut b).context("--files-from -: cannot read standard input")?;
+        b
+    } else {
+        std::fs::read(file).with_context(|| format!("cannot read --files-from {} (source side, this host)", file.display()))?
+    };
+    let mut out = Vec::new();
+    for (n, line) in text.split(|&b| b == b'\n').enumerate() {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() || line.starts_with(b"#") {
+            continue;
+        }
+        let mut p = line;
+        while let Some(rest) = p.strip_prefix(b"/").or_else(|| p.strip_prefix(b"./")) {
+            p = rest;
+        }
+        let p = p.strip_suffix(b"/").unwrap_or(p);
+        if let Err(e) = tern_proto::path::validate_relative(p) {
+            bail!("--files-from {} line {}: '{}': {e}; list paths inside SRC", file.display(), n + 1, String::from_utf8_lossy(line));
+        }
+        if out.len() >= tern_proto::msg::MAX_FILE_LIST {
+            bail!("--files-from {} lists more than {} paths; split it into several transfers", file.display(), tern_proto::msg::MAX_FILE_LIST);
+        }
+        out.push(p.to_vec());
+    }
+    Ok(out)
 }
 
 fn serve(a: ServeArgs) -> Result<ExitCode> {

@@ -62,6 +62,9 @@ pub struct WatchArgs {
 
 pub fn run(a: WatchArgs) -> Result<ExitCode> {
     let c = &a.common;
+    if c.files_from.is_some() {
+        anyhow::bail!("--files-from does not apply to tern watch (it ships whole units as they appear)");
+    }
     if c.dry_run {
         bail!("tern watch has no --dry-run");
     }

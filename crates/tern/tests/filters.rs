@@ -156,3 +156,83 @@ fn bad_rules_fail_before_connecting_with_the_rule_named() {
         assert!(!dst.exists());
     }
 }
+
+/// `--files-from`: only the listed paths, each in its relative place with its parents; a listed
+/// directory brings its subtree with -r. Locally, from a daemon (it walks the list) and over ssh.
+#[test]
+fn files_from_copies_only_the_listed_paths_wherever_the_walk_happens() {
+    let t = scratch();
+    let src = t.path().join("src");
+    tree(&src);
+    let list = t.path().join("list");
+    fs::write(&list, b"# what the analysis needs\nrun1/a.h5\n/top.tmp\n./deep/x/\n\nrun1/a.h5\ndeep/x/notes.txt\n").unwrap();
+    let want: Vec<&str> = vec!["deep", "deep/x", "deep/x/notes.txt", "deep/x/scratch", "deep/x/scratch/keep.h5", "run1", "run1/a.h5", "top.tmp"];
+    let check = |dst: &Path| {
+        let got = snapshot(dst);
+        let names: Vec<String> = got.keys().map(|k| String::from_utf8_lossy(k).into_owned()).collect();
+        assert_eq!(names, want, "in {}", dst.display());
+        let all = snapshot(&src);
+        for (k, v) in &got {
+            if v.starts_with("file") {
+                assert_eq!(all.get(k), Some(v), "{} differs", String::from_utf8_lossy(k));
+            }
+        }
+    };
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let l = s(&list);
+
+    let local = t.path().join("local");
+    let r = tern(&["cp", "-r", "--files-from", &l, &s(&src), &s(&local)], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_eq!(r.u64("files"), 4, "each listed file once");
+    check(&local);
+
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let r = tern(&["cp", "-r", &format!("{}/.", s(&src)), &s(&root.join("all"))], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    let d = Daemon::start(&root, &t.path().join("token"));
+    let pulled = t.path().join("pulled");
+    let r = tern(&["cp", "-r", "--files-from", &l, "--token-file", &d.token_arg(), &d.url("/all"), &s(&pulled)], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    check(&pulled);
+
+    let Some(sshd) = require_sshd() else { return };
+    let over_ssh = t.path().join("ssh");
+    let r = tern(&["cp", "-r", "--files-from", &l, "--ssh", &sshd.ssh_cmd(), &format!("127.0.0.1:{}", s(&src)), &s(&over_ssh)], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    check(&over_ssh);
+}
+
+#[test]
+fn files_from_reports_missing_paths_refuses_escapes_and_old_peers() {
+    let t = scratch();
+    let src = t.path().join("src");
+    write_file(&src.join("a.dat"), 1, 100);
+    let (list, dst) = (t.path().join("list"), t.path().join("dst"));
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    // A listed path that is not there: a per-file source error, the rest is copied.
+    fs::write(&list, "a.dat\nnot-there.dat\n").unwrap();
+    let r = tern(&["cp", "--files-from", &s(&list), &s(&src), &s(&dst)], &[]);
+    assert!(!r.ok());
+    assert!(r.stderr().contains("not-there.dat") && r.stderr().contains("listed in --files-from"), "{}", r.stderr());
+    assert_eq!(fs::read(dst.join("a.dat")).unwrap(), fs::read(src.join("a.dat")).unwrap());
+    // A path out of SRC is refused before anything moves, naming the line.
+    fs::write(&list, "a.dat\n../etc/passwd\n").unwrap();
+    let r = tern(&["cp", "--files-from", &s(&list), &s(&src), &s(&t.path().join("dst2"))], &[]);
+    assert_eq!(r.out.status.code(), Some(2));
+    assert!(r.stderr().contains("line 2") && r.stderr().contains("../etc/passwd"), "{}", r.stderr());
+    assert!(!t.path().join("dst2").exists());
+    // --delete with a list would delete everything not listed: refused.
+    let r = tern(&["sync", "--delete", "--files-from", &s(&list), &s(&src), &s(&dst)], &[]);
+    assert_eq!(r.out.status.code(), Some(2));
+    // A daemon from before file lists (feature bit 3 unset) is refused with one line.
+    fs::write(&list, "a.dat\n").unwrap();
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    write_file(&root.join("a.dat"), 1, 100);
+    let d = Daemon::start_on(&root, &t.path().join("token"), free_port(), &[("TERN_DEBUG_FEATURES", "7")]);
+    let r = tern(&["cp", "--files-from", &s(&list), "--token-file", &d.token_arg(), &d.url("/"), &s(&t.path().join("dst3"))], &[]);
+    assert!(!r.ok());
+    assert!(r.stderr().contains("cannot apply --files-from") && r.stderr().trim().lines().count() == 1, "{}", r.stderr());
+}

@@ -186,7 +186,9 @@ fn ssh_early_data_address_and_fallback() {
     let ssh = sshd.ssh_cmd();
     let old_remote = "env TERN_DEBUG_NO_EARLY_ADDR=1 tern";
     let old_client = [("TERN_DEBUG_NO_EARLY_ADDR", "1")];
-    let cases: [(&str, &[&str], &[(&str, &str)], bool); 5] = [
+    // (name, extra flags, client environment, whether the early address is used)
+    type Case<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a str)], bool);
+    let cases: [Case; 5] = [
         ("new", &[], &[], true),
         ("pipelined", &["--streams", "3"], &[], true),
         ("old-client", &[], &old_client, false),

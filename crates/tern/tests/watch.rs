@@ -318,6 +318,7 @@ fn daemon_runs_only_registered_hooks_inside_its_root() {
         bufsize: None,
         retry_for: Duration::from_secs(5),
         filters: Vec::new(),
+        files_from: None,
     };
     let pwned = t.path().join("pwned");
     let refused = [
