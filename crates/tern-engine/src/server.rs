@@ -13,7 +13,7 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 use tern_proto::Control;
 use tern_proto::filter::Filter;
-use tern_proto::msg::{MAX_FILE_LIST, Role, Summary};
+use tern_proto::msg::{MAX_FILE_LIST, MAX_FILE_LIST_BYTES, Role, Summary};
 
 use crate::control::{CtrlReader, CtrlWriter};
 use crate::datastream::{DataConn, PendingStream, StreamAuth, accept_stream};
@@ -148,13 +148,15 @@ pub fn serve_session(
     };
     let mut filter = Filter::default();
     let mut list: Option<Vec<Vec<u8>>> = None;
+    let mut list_bytes = 0usize;
     let request = loop {
         match reader.recv()? {
             Control::Filters(rules) => filter = Filter::new(&rules).map_err(refuse)?,
             Control::FileList(paths) => {
                 let l = list.get_or_insert_with(Vec::new);
-                if l.len() + paths.len() > MAX_FILE_LIST {
-                    return Err(refuse(format!("--files-from lists more than {MAX_FILE_LIST} paths; split the list into several transfers")));
+                list_bytes += paths.iter().map(Vec::len).sum::<usize>();
+                if l.len() + paths.len() > MAX_FILE_LIST || list_bytes > MAX_FILE_LIST_BYTES {
+                    return Err(refuse(format!("--files-from lists more than {MAX_FILE_LIST} paths or {} MiB of names; split the list into several transfers", MAX_FILE_LIST_BYTES >> 20)));
                 }
                 l.extend(paths);
             }

@@ -55,6 +55,20 @@ fn describe(path: &Path, md: &fs::Metadata) -> Option<SrcFile> {
     })
 }
 
+/// `lstat` and describe, reporting (and skipping) what cannot be read or is not copyable.
+fn inspect(path: &Path, unreadable: &str, warn: &mut dyn FnMut(TransferError)) -> Option<SrcFile> {
+    match fs::symlink_metadata(path) {
+        Err(e) => {
+            warn(TransferError::io(Side::Source, path.display().to_string(), unreadable, &e));
+            None
+        }
+        Ok(md) => describe(path, &md).or_else(|| {
+            warn(TransferError::file(Side::Source, path.display().to_string(), "not a regular file, directory or symlink; skipped"));
+            None
+        }),
+    }
+}
+
 fn join(rel: &[u8], name: &[u8]) -> Vec<u8> {
     if rel.is_empty() { name.to_vec() } else { [rel, b"/", name].concat() }
 }
@@ -151,17 +165,7 @@ pub fn walk_list(
             }
         }
         let path = root.join(std::ffi::OsStr::from_bytes(rel));
-        let md = match fs::symlink_metadata(&path) {
-            Ok(md) => md,
-            Err(e) => {
-                warn(TransferError::io(Side::Source, path.display().to_string(), "listed in --files-from, but cannot read", &e));
-                continue;
-            }
-        };
-        let Some(mut f) = describe(&path, &md) else {
-            warn(TransferError::file(Side::Source, path.display().to_string(), "not a regular file, directory or symlink; skipped"));
-            continue;
-        };
+        let Some(mut f) = inspect(&path, "listed in --files-from, but cannot read", warn) else { continue };
         let is_dir = f.kind == EntryKind::Dir;
         if filter.excludes(rel, is_dir) {
             continue;
@@ -204,17 +208,7 @@ fn walk_dir(dir: &Path, rel: &[u8], filter: &Filter, emit: &mut dyn FnMut(SrcFil
                 continue;
             }
             let path = dir.join(&name);
-            let md = match fs::symlink_metadata(&path) {
-                Ok(md) => md,
-                Err(e) => {
-                    warn(TransferError::io(Side::Source, path.display().to_string(), "cannot read", &e));
-                    continue;
-                }
-            };
-            let Some(mut f) = describe(&path, &md) else {
-                warn(TransferError::file(Side::Source, path.display().to_string(), "not a regular file, directory or symlink; skipped"));
-                continue;
-            };
+            let Some(mut f) = inspect(&path, "cannot read", warn) else { continue };
             f.rel = child_rel;
             if filter.excludes(&f.rel, f.kind == EntryKind::Dir) {
                 continue;

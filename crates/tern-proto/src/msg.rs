@@ -122,6 +122,8 @@ pub const FEATURE_FILTERS: u64 = 4;
 pub const FEATURE_FILE_LIST: u64 = 8;
 /// Most paths one transfer's `FileList` messages may carry in all.
 pub const MAX_FILE_LIST: usize = 1_000_000;
+/// Most bytes of paths they may carry in all (a million paths of 4 KiB would be 4 GiB).
+pub const MAX_FILE_LIST_BYTES: usize = 256 << 20;
 
 /// Hello feature bit: this peer understands `Listening`. An ssh-mode server whose client set it
 /// announces its data address right after its `Hello`, so the data streams connect while the

@@ -393,7 +393,7 @@ fn read_file_list(file: &std::path::Path) -> Result<Vec<Vec<u8>>> {
     } else {
         std::fs::read(file).with_context(|| format!("cannot read --files-from {} (source side, this host)", file.display()))?
     };
-    let mut out = Vec::new();
+    let (mut out, mut bytes) = (Vec::new(), 0usize);
     for (n, line) in text.split(|&b| b == b'\n').enumerate() {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if line.is_empty() || line.starts_with(b"#") {
@@ -407,8 +407,9 @@ fn read_file_list(file: &std::path::Path) -> Result<Vec<Vec<u8>>> {
         if let Err(e) = tern_proto::path::validate_relative(p) {
             bail!("--files-from {} line {}: '{}': {e}; list paths inside SRC", file.display(), n + 1, String::from_utf8_lossy(line));
         }
-        if out.len() >= tern_proto::msg::MAX_FILE_LIST {
-            bail!("--files-from {} lists more than {} paths; split it into several transfers", file.display(), tern_proto::msg::MAX_FILE_LIST);
+        bytes += p.len();
+        if out.len() >= tern_proto::msg::MAX_FILE_LIST || bytes > tern_proto::msg::MAX_FILE_LIST_BYTES {
+            bail!("--files-from {} lists more than {} paths or {} MiB of names; split it into several transfers", file.display(), tern_proto::msg::MAX_FILE_LIST, tern_proto::msg::MAX_FILE_LIST_BYTES >> 20);
         }
         out.push(p.to_vec());
     }
