@@ -682,7 +682,8 @@ fn start_ramp(progress: Arc<Progress>, initial: &[DataConn], max: u16, opener: O
 
 /// The ssh child process carrying the control channel.
 struct SshConn {
-    child: Child,
+    /// `None` once handed to the reaper (see `Drop`).
+    child: Option<Child>,
     stdin: Option<Box<dyn Write + Send>>,
     stdout: Option<Box<dyn Read + Send>>,
     stderr_tail: Arc<Mutex<Vec<String>>>,
@@ -722,7 +723,7 @@ impl SshConn {
             }
         });
         stdin.write_all(format!("TERN-SECRET {}\n", hex(secret)).as_bytes()).map_err(crate::control::net_err)?;
-        Ok(Self { child, stdin: Some(Box::new(stdin)), stdout: Some(Box::new(stdout)), stderr_tail: tail, host: host.to_string() })
+        Ok(Self { child: Some(child), stdin: Some(Box::new(stdin)), stdout: Some(Box::new(stdout)), stderr_tail: tail, host: host.to_string() })
     }
 
     /// Turns a bare "connection closed" into what ssh or the remote shell said.
@@ -732,7 +733,7 @@ impl SshConn {
         }
         let deadline = Instant::now() + Duration::from_secs(3);
         let status = loop {
-            match self.child.try_wait() {
+            match self.child.as_mut().map_or(Ok(None), Child::try_wait) {
                 Ok(Some(s)) => break Some(s),
                 Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
                 _ => break None,
@@ -765,17 +766,24 @@ impl SshConn {
 }
 
 impl Drop for SshConn {
+    /// Closes our end and lets ssh finish on its own: the session's work is over (or failed and
+    /// explained), and ssh's exit status would take another half round trip to arrive. A
+    /// thread reaps it (a long-running watcher or service must not collect zombies) and kills
+    /// it if it lingers.
     fn drop(&mut self) {
         drop(self.stdin.take());
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
+        let Some(mut child) = self.child.take() else { return };
+        thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                thread::sleep(Duration::from_millis(10));
             }
-            thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+            let _ = child.kill();
+            let _ = child.wait();
+        });
     }
 }
 
