@@ -79,6 +79,16 @@ mod fuzzish {
             let _ = Control::decode(t, &body);
         }
 
+        /// Rules come from the wire: any pattern compiles or is refused, and matching any path
+        /// (bytes, not UTF-8) decides without panicking.
+        #[test]
+        fn filters_never_panic(patterns in proptest::collection::vec("[-+] [a-z*?/\\[\\]!{},.]{0,12}", 0..6), path in proptest::collection::vec(any::<u8>(), 0..40), dir in any::<bool>()) {
+            let rules: Vec<_> = patterns.iter().filter_map(|p| filter::FilterRule::parse(p).ok()).collect();
+            if let Ok(f) = filter::Filter::new(&rules) {
+                let _ = f.excludes(&path, dir);
+            }
+        }
+
         #[test]
         fn frame_decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
             let mut d = FrameDecoder::new(limits::MAX_CONTROL_FRAME);
