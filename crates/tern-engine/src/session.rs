@@ -89,7 +89,9 @@ pub fn run(spec: &ClientSpec, progress: &Arc<Progress>) -> Result<Summary, Trans
         tries += 1;
         // A peer that was never reached gets three tries, not the whole budget: a typo in the
         // host name should fail in seconds. Once data moved, keep trying for `retry_for`.
-        let ever_connected = Progress::get(&progress.bytes) > 0 || Progress::get(&progress.files_total) > 0 || Progress::get(&progress.files_skipped) > 0;
+        // Progress, not a manifest: the manifest is exchanged before the data streams connect,
+        // so a firewalled data port would otherwise look like a peer once reached.
+        let ever_connected = Progress::get(&progress.bytes) > 0 || Progress::get(&progress.files_done) > 0 || Progress::get(&progress.files_skipped) > 0;
         match attempt {
             Err(e) if e.scope == Scope::Network && started.elapsed() < spec.retry_for && (ever_connected || tries < 3) => {
                 tracing::warn!("{e}; reconnecting in {:.1} s and resuming", backoff.as_secs_f64());
