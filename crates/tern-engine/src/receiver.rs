@@ -571,7 +571,8 @@ fn entry(ctx: &mut Ctx, e: Entry, root_cell: &OnceLock<PathBuf>) -> Result<(), T
     Ok(())
 }
 
-/// Whether the destination already holds this file (size and mtime, or content hash).
+/// Whether the destination already holds this file (size and mtime, or content hash; with
+/// `--ignore-existing`, any file of that name).
 fn identical(ctx: &mut Ctx, rel: &[u8], e: &Entry) -> Result<bool, TransferError> {
     if ctx.fresh_dirs.contains(parent(rel)) {
         return Ok(false);
@@ -585,6 +586,9 @@ fn identical(ctx: &mut Ctx, rel: &[u8], e: &Entry) -> Result<bool, TransferError
     let kind = st.st_mode & libc::S_IFMT;
     if kind == libc::S_IFDIR {
         return Err(TransferError::file(Side::Destination, display, "a directory stands where this file should go; move it away and re-run"));
+    }
+    if ctx.p.options.ignore_existing() {
+        return Ok(true);
     }
     if kind != libc::S_IFREG || st.st_size as u64 != e.size {
         return Ok(false);

@@ -12,7 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use tern_proto::filter::{Filter, FilterRule};
-use tern_proto::msg::{FEATURE_FILE_LIST, FEATURE_FILTERS, Role, Summary};
+use tern_proto::msg::{FEATURE_FILE_LIST, FEATURE_FILTERS, FEATURE_IGNORE_EXISTING, Role, Summary};
 use tern_proto::{Control, Options};
 
 use crate::control::{CtrlReader, CtrlWriter};
@@ -239,9 +239,10 @@ pub(crate) fn compile_filter(spec: &ClientSpec) -> Result<Filter, TransferError>
     Filter::new(&spec.filters).map_err(|m| TransferError::fatal(Side::Source, m))
 }
 
-/// Sends the rules and the file list before `Open`. A peer that cannot apply them is refused
-/// rather than allowed to copy, and with `--delete` remove, what the user meant to leave out.
-/// `to_sender`: the list matters only where the walk happens.
+/// Sends the rules and the file list before `Open`, and checks the peer can honour
+/// `--ignore-existing`. A peer that cannot is refused rather than allowed to copy, overwrite or
+/// (with `--delete`) remove what the user meant to leave alone. `to_sender`: the peer walks
+/// (the list matters there), else it receives (`--ignore-existing` matters there).
 pub(crate) fn send_filters(writer: &CtrlWriter, features: u64, spec: &ClientSpec, to_sender: bool, peer: &str) -> Result<(), TransferError> {
     let too_old = |what: &str| TransferError::fatal(Side::Network, format!("{peer} runs an older tern that cannot apply {what}; upgrade it there (or pass --install-remote over ssh)"));
     if !spec.filters.is_empty() {
@@ -249,6 +250,9 @@ pub(crate) fn send_filters(writer: &CtrlWriter, features: u64, spec: &ClientSpec
             return Err(too_old("--exclude/--include"));
         }
         writer.send(&Control::Filters(spec.filters.clone()))?;
+    }
+    if spec.options.ignore_existing() && !to_sender && features & FEATURE_IGNORE_EXISTING == 0 {
+        return Err(too_old("--ignore-existing"));
     }
     if let Some(list) = spec.files_from.as_ref().filter(|_| to_sender) {
         if features & FEATURE_FILE_LIST == 0 {

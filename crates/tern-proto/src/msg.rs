@@ -109,6 +109,8 @@ impl Options {
     // A third-party session: the sender's data streams go to another daemon (`Dial`), and the
     // receiver checks them against the stream ticket instead of its own session key.
     flag!(third_party, set_third_party, 10);
+    // `--ignore-existing`: a destination file that exists is kept, whatever its content.
+    flag!(ignore_existing, set_ignore_existing, 11);
 }
 
 /// Hello feature bit: this peer understands third-party sessions (`Dial`, option bit 10). A
@@ -120,6 +122,9 @@ pub const FEATURE_THIRD_PARTY: u64 = 1;
 pub const FEATURE_FILTERS: u64 = 4;
 /// Hello feature bit: this peer walks a list of paths sent in `FileList` (`--files-from`).
 pub const FEATURE_FILE_LIST: u64 = 8;
+/// Hello feature bit: this peer, as the receiver, honours option bit 11 (`--ignore-existing`).
+/// An older receiver would ignore the bit and overwrite what the user meant to keep.
+pub const FEATURE_IGNORE_EXISTING: u64 = 16;
 /// Most paths one transfer's `FileList` messages may carry in all.
 pub const MAX_FILE_LIST: usize = 1_000_000;
 /// Most bytes of paths they may carry in all (a million paths of 4 KiB would be 4 GiB).

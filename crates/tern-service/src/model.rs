@@ -107,6 +107,9 @@ pub struct JobOptions {
     /// `2d`); stored as RFC 3339 UTC (the API turns a duration into a time at submit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<String>,
+    /// `--ignore-existing`: keep destination files that exist, whatever their content.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub ignore_existing: bool,
     /// Include/exclude rules in order, rsync's short form: `- *.tmp`, `+ */`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub filters: Vec<String>,
@@ -336,7 +339,7 @@ impl JobSpec {
         for rule in &o.filters {
             a.extend(["--filter".into(), rule.clone()]);
         }
-        for (on, flag) in [(o.no_encrypt, "--no-encrypt"), (o.checksum, "--checksum"), (o.delete, "--delete")] {
+        for (on, flag) in [(o.no_encrypt, "--no-encrypt"), (o.checksum, "--checksum"), (o.delete, "--delete"), (o.ignore_existing, "--ignore-existing")] {
             if on {
                 a.push(flag.into());
             }

@@ -176,6 +176,10 @@ pub(crate) struct Common {
     /// directories; a listed directory brings its contents with -r.
     #[arg(long, value_name = "FILE")]
     pub(crate) files_from: Option<PathBuf>,
+    /// Keep every destination file that already exists, whatever its size, time or content
+    /// (rsync --ignore-existing; Globus' sync level "exists"): top up, never overwrite.
+    #[arg(long)]
+    ignore_existing: bool,
 }
 
 #[derive(Args)]
@@ -358,6 +362,7 @@ pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: boo
     options.set_no_encrypt(c.no_encrypt);
     options.set_preserve(!c.no_preserve);
     options.set_fsync_none(c.fsync == Fsync::None);
+    options.set_ignore_existing(c.ignore_existing);
     let spec = ClientSpec {
         sources,
         dest,

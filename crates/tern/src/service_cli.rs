@@ -187,6 +187,9 @@ pub struct SubmitArgs {
     /// Passed to the transfer: the first file that fails fails the whole job.
     #[arg(long)]
     fail_fast: bool,
+    /// Passed to the transfer: keep destination files that already exist.
+    #[arg(long)]
+    ignore_existing: bool,
     /// Fail the job if it has not finished by then: an RFC 3339 time (2026-11-22T06:00:00Z) or
     /// a duration from now (90m, 6h, 2d). A running transfer is stopped at the deadline.
     #[arg(long)]
@@ -419,6 +422,7 @@ fn submit(a: SubmitArgs) -> Result<ExitCode> {
     put("ssh", json!(a.ssh));
     put("remote_bin", json!(a.remote_bin));
     put("fail_fast", json!(a.fail_fast));
+    put("ignore_existing", json!(a.ignore_existing));
     put("deadline", json!(a.deadline));
     if !a.filters.rules.is_empty() {
         put("filters", json!(a.filters.rules.iter().map(ToString::to_string).collect::<Vec<_>>()));

@@ -236,3 +236,35 @@ fn files_from_reports_missing_paths_refuses_escapes_and_old_peers() {
     assert!(!r.ok());
     assert!(r.stderr().contains("cannot apply --files-from") && r.stderr().trim().lines().count() == 1, "{}", r.stderr());
 }
+
+/// `--ignore-existing` tops up: an existing destination file is kept whatever its content, the
+/// missing ones are copied; a receiver that cannot honour it is refused before anything moves.
+#[test]
+fn ignore_existing_keeps_what_is_there_and_copies_the_rest() {
+    let t = scratch();
+    let src = t.path().join("src");
+    write_file(&src.join("a.dat"), 1, 5000);
+    write_file(&src.join("d/b.dat"), 2, 5000);
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let root = t.path().join("root");
+    write_file(&root.join("top/a.dat"), 9, 10); // different size and content: kept anyway
+    let d = Daemon::start(&root, &t.path().join("token"));
+    let r = tern(&["cp", "-r", "--ignore-existing", "--token-file", &d.token_arg(), &format!("{}/.", s(&src)), &d.url("/top")], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_eq!((r.u64("files"), r.u64("files_skipped")), (1, 1), "{}", r.json);
+    assert_eq!(fs::read(root.join("top/a.dat")).unwrap(), data(9, 10), "the existing file was overwritten");
+    assert_eq!(fs::read(root.join("top/d/b.dat")).unwrap(), fs::read(src.join("d/b.dat")).unwrap());
+    // Without it, the same copy replaces the stale file.
+    let r = tern(&["cp", "-r", "--token-file", &d.token_arg(), &format!("{}/.", s(&src)), &d.url("/top")], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_eq!(fs::read(root.join("top/a.dat")).unwrap(), fs::read(src.join("a.dat")).unwrap());
+    // An older receiving daemon (feature bit 4 unset) is refused with one line.
+    let old_root = t.path().join("old");
+    write_file(&old_root.join("a.dat"), 9, 10);
+    let old = Daemon::start_on(&old_root, &t.path().join("token2"), free_port(), &[("TERN_DEBUG_FEATURES", "15")]);
+    let r = tern(&["cp", "-r", "--ignore-existing", "--token-file", &old.token_arg(), &format!("{}/.", s(&src)), &old.url("/")], &[]);
+    assert!(!r.ok());
+    assert!(r.stderr().contains("cannot apply --ignore-existing") && r.stderr().trim().lines().count() == 1, "{}", r.stderr());
+    assert_eq!(fs::read(old_root.join("a.dat")).unwrap(), data(9, 10));
+    assert!(!old_root.join("d").exists(), "something moved");
+}
