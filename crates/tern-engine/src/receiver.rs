@@ -959,7 +959,7 @@ fn finalizer(rx: Receiver<ToFinalize>, events: Sender<Event>, fsync: bool, verif
     const MAX_FILES: usize = 512;
     const MAX_BYTES: u64 = 1 << 30;
     const MAX_WAIT: Duration = Duration::from_millis(50);
-    let mut batch: Vec<(u64, Arc<Sink>)> = Vec::new();
+    let mut batch: Vec<(u64, Arc<Sink>, [u8; 32])> = Vec::new();
     let mut bytes = 0u64;
     let mut first: Option<Instant> = None;
     let mut open = true;
@@ -971,16 +971,9 @@ fn finalizer(rx: Receiver<ToFinalize>, events: Sender<Event>, fsync: bool, verif
                     let _ = events.send(Event::FinalizeFailed { id, message: format!("{MISMATCH} does not match the source's; resending the file") });
                     continue;
                 };
-                match prepare_final(&sink, verify_full, chunk_size, &expected) {
-                    Ok(()) => {
-                        bytes += sink.size;
-                        batch.push((id, sink));
-                        first.get_or_insert_with(Instant::now);
-                    }
-                    Err(message) => {
-                        let _ = events.send(Event::FinalizeFailed { id, message });
-                    }
-                }
+                bytes += sink.size;
+                batch.push((id, sink, expected));
+                first.get_or_insert_with(Instant::now);
                 let idle = !more_coming && rx.is_empty();
                 if batch.len() < MAX_FILES && bytes < MAX_BYTES && first.is_some_and(|t| t.elapsed() < MAX_WAIT) && !idle {
                     continue;
@@ -992,28 +985,55 @@ fn finalizer(rx: Receiver<ToFinalize>, events: Sender<Event>, fsync: bool, verif
         if batch.is_empty() {
             continue;
         }
-        if fsync && let Some(root) = root.get() {
+        // Per file: a length and metadata update (a metadata round trip each on a parallel file
+        // system) or, with --verify full, a whole re-read; side by side, not one after another.
+        let ready: Vec<(u64, Arc<Sink>)> = in_parallel(&batch, |(id, sink, expected)| match prepare_final(sink, verify_full, chunk_size, expected) {
+            Ok(()) => Some((*id, sink.clone())),
+            Err(message) => {
+                let _ = events.send(Event::FinalizeFailed { id: *id, message });
+                None
+            }
+        })
+        .into_iter()
+        .flatten()
+        .collect();
+        batch.clear();
+        if fsync && !ready.is_empty() && let Some(root) = root.get() {
             // One syncfs makes the whole batch durable before any of it is renamed.
             if let Ok(r) = DestRoot::open(root) {
                 let _ = r.syncfs();
             }
         }
-        for (id, sink) in batch.drain(..) {
-            match fsops::rename_at(&*sink.parent, &sink.tmp, &sink.final_name) {
-                Ok(()) => {
-                    if sink.journal.is_some() {
-                        let _ = fsops::unlink_at(&*sink.parent, &sink.journal_name);
-                    }
-                    let _ = events.send(Event::Finalized { id });
+        in_parallel(&ready, |(id, sink)| match fsops::rename_at(&*sink.parent, &sink.tmp, &sink.final_name) {
+            Ok(()) => {
+                if sink.journal.is_some() {
+                    let _ = fsops::unlink_at(&*sink.parent, &sink.journal_name);
                 }
-                Err(e) => {
-                    let _ = events.send(Event::FinalizeFailed { id, message: format!("cannot rename into place: {}", err_text(&e)) });
-                }
+                let _ = events.send(Event::Finalized { id: *id });
             }
-        }
+            Err(e) => {
+                let _ = events.send(Event::FinalizeFailed { id: *id, message: format!("cannot rename into place: {}", err_text(&e)) });
+            }
+        });
         bytes = 0;
         first = None;
     }
+}
+
+/// Runs `f` on every item, on up to 8 threads for a large batch (inline for a small one), and
+/// returns the results in order.
+fn in_parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    const WORKERS: usize = 8;
+    const INLINE: usize = 32;
+    if items.len() <= INLINE {
+        return items.iter().map(&f).collect();
+    }
+    let per = items.len().div_ceil(WORKERS);
+    thread::scope(|s| {
+        let f = &f;
+        let parts: Vec<_> = items.chunks(per).map(|part| s.spawn(move || part.iter().map(f).collect::<Vec<R>>())).collect();
+        parts.into_iter().flat_map(|h| h.join().expect("finalizer worker panicked")).collect()
+    })
 }
 
 /// Length, metadata and (with `--verify full`) a re-read from storage, before the rename.
