@@ -10,8 +10,6 @@
 //!   receiver then cannot verify, so it refuses to run unless both ends set it).
 //! * `TERN_DEBUG_FEATURES=N` — advertise these Hello feature bits instead of ours (tests act
 //!   as an older peer that lacks a feature).
-//! * `TERN_DEBUG_NO_EARLY_ADDR=1` — leave Hello feature bit 1 (`FEATURE_EARLY_DATA_ADDR`) unset,
-//!   acting as a peer from before `Listening` (tests of the fallback).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -25,7 +23,6 @@ pub struct Faults {
     pub delay_ms: u64,
     pub no_hash: bool,
     pub features: Option<u64>,
-    pub no_early_addr: bool,
 }
 
 pub fn faults() -> &'static Faults {
@@ -42,7 +39,6 @@ pub fn faults() -> &'static Faults {
         delay_ms: std::env::var("TERN_FAULT_DELAY_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0),
         no_hash: std::env::var("TERN_DEBUG_NO_HASH").is_ok_and(|v| v == "1"),
         features: std::env::var("TERN_DEBUG_FEATURES").ok().and_then(|v| v.parse().ok()),
-        no_early_addr: std::env::var("TERN_DEBUG_NO_EARLY_ADDR").is_ok_and(|v| v == "1"),
     })
 }
 

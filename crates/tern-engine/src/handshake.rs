@@ -10,12 +10,7 @@ use crate::transport::random;
 
 /// The feature bits this build sends in its `Hello` (tests may pose as an older peer).
 fn our_features() -> u64 {
-    let faults = crate::faults::faults();
-    let mut f = faults.features.unwrap_or(FEATURE_THIRD_PARTY | FEATURE_EARLY_DATA_ADDR | FEATURE_FILTERS | FEATURE_FILE_LIST | FEATURE_IGNORE_EXISTING);
-    if faults.no_early_addr {
-        f &= !FEATURE_EARLY_DATA_ADDR;
-    }
-    f
+    crate::faults::faults().features.unwrap_or(FEATURE_THIRD_PARTY | FEATURE_EARLY_DATA_ADDR | FEATURE_FILTERS | FEATURE_FILE_LIST | FEATURE_IGNORE_EXISTING)
 }
 
 fn hello(features: u64) -> Control {

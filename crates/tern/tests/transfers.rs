@@ -184,8 +184,12 @@ fn ssh_early_data_address_and_fallback() {
     write_file(&src.join("a/big"), 11, 9 << 20);
     write_file(&src.join("b"), 12, 1000);
     let ssh = sshd.ssh_cmd();
-    let old_remote = "env TERN_DEBUG_NO_EARLY_ADDR=1 tern";
-    let old_client = [("TERN_DEBUG_NO_EARLY_ADDR", "1")];
+    // An older peer: every feature of this build but the early data address.
+    use tern_proto::msg::{FEATURE_FILE_LIST, FEATURE_FILTERS, FEATURE_IGNORE_EXISTING, FEATURE_THIRD_PARTY};
+    let older = (FEATURE_THIRD_PARTY | FEATURE_FILTERS | FEATURE_FILE_LIST | FEATURE_IGNORE_EXISTING).to_string();
+    let old_remote = format!("env TERN_DEBUG_FEATURES={older} tern");
+    let old_remote = old_remote.as_str();
+    let old_client = [("TERN_DEBUG_FEATURES", older.as_str())];
     // (name, extra flags, client environment, whether the early address is used)
     type Case<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a str)], bool);
     let cases: [Case; 5] = [
