@@ -204,15 +204,16 @@ fn walk_dir(dir: &Path, rel: &[u8], filter: &Filter, emit: &mut dyn FnMut(SrcFil
             let child_rel = join(&rel, name.as_bytes());
             // Decided before the stat where the name alone decides: an excluded subtree of a
             // million files costs nothing. Directory-only rules need the stat.
-            if filter.excludes(&child_rel, false) && filter.excludes(&child_rel, true) {
+            let (as_file, as_dir) = (filter.excludes(&child_rel, false), filter.excludes(&child_rel, true));
+            if as_file && as_dir {
                 continue;
             }
             let path = dir.join(&name);
             let Some(mut f) = inspect(&path, "cannot read", warn) else { continue };
-            f.rel = child_rel;
-            if filter.excludes(&f.rel, f.kind == EntryKind::Dir) {
+            if if f.kind == EntryKind::Dir { as_dir } else { as_file } {
                 continue;
             }
+            f.rel = child_rel;
             if f.kind == EntryKind::Dir {
                 subdirs.push((path, f.rel.clone()));
             }
