@@ -280,15 +280,19 @@ fn ssh_host_name(dest: &str) -> String {
 
 pub(crate) fn connect(addr: &str) -> Result<TcpStream, TransferError> {
     let addrs: Vec<_> = addr.to_socket_addrs().map_err(|e| TransferError::network(format!("{addr}: cannot resolve: {e}")))?.collect();
+    connect_any(&addrs).map_err(|e| TransferError::network(format!("{addr}: cannot connect: {} (is the daemon running and the port open?)", crate::error::err_text(&e))))
+}
+
+/// The first of `addrs` that accepts a connection within 10 s.
+fn connect_any(addrs: &[std::net::SocketAddr]) -> std::io::Result<TcpStream> {
     let mut last = None;
     for a in addrs {
-        match TcpStream::connect_timeout(&a, Duration::from_secs(10)) {
+        match TcpStream::connect_timeout(a, Duration::from_secs(10)) {
             Ok(s) => return Ok(s),
             Err(e) => last = Some(e),
         }
     }
-    let e = last.map(|e| crate::error::err_text(&e)).unwrap_or_else(|| "no address".into());
-    Err(TransferError::network(format!("{addr}: cannot connect: {e} (is the daemon running and the port open?)")))
+    Err(last.unwrap_or_else(|| std::io::Error::other("no address")))
 }
 
 pub(crate) fn read_token(spec: &ClientSpec) -> Result<Vec<u8>, TransferError> {
@@ -335,15 +339,18 @@ fn run_remote(
     }
     let data_addr = data_address(&data_addr, data_host)?;
     let bufsize = spec.bufsize;
-    let (addr_for_pre, auth_for_pre) = (data_addr.clone(), auth.clone());
-    let open = &move |i: u32| -> Result<DataConn, TransferError> {
-        let sock = connect(&data_addr)?;
-        connect_stream(sock, &auth, i, bufsize).map_err(|e| TransferError::network(format!("data stream to {data_addr}: {e}")))
+    // One way to open a stream, for the session's first ones and the ramp's later ones.
+    let open: Arc<dyn Fn(u32) -> Result<DataConn, TransferError> + Send + Sync> = {
+        let (data_addr, auth) = (data_addr.clone(), auth.clone());
+        Arc::new(move |i| {
+            let sock = connect(&data_addr)?;
+            connect_stream(sock, &auth, i, bufsize).map_err(|e| stream_error(&data_addr, &e))
+        })
     };
     // Streams opened during the handshake are used if they reached the data address (a daemon
     // takes data on its control port; an ssh-mode server announced it early); the rest are
     // opened now.
-    let target: Vec<_> = addr_for_pre.to_socket_addrs().map(|a| a.collect()).unwrap_or_default();
+    let target: Vec<_> = data_addr.to_socket_addrs().map(|a| a.collect()).unwrap_or_default();
     let preconnected: Vec<Preconnected> =
         preconnected.into_iter().filter_map(|h| h.join().ok()?.ok()).filter(|p| p.peer_addr().is_ok_and(|a| target.contains(&a))).collect();
     tracing::debug!("data streams: {} preconnected, {} to open", preconnected.len().min(options.streams as usize), (options.streams as usize).saturating_sub(preconnected.len()));
@@ -351,28 +358,28 @@ fn run_remote(
     // in the background: the manifest and the first wants need no data stream, so the session
     // starts now and the streams join as they come (one round trip less before data moves).
     let n = options.streams as u32;
-    let connecting: Connecting = Box::new(move || {
-        let (auth, data_addr) = (&auth_for_pre, &addr_for_pre);
-        let open_now = |i: u32| -> Result<DataConn, TransferError> {
-            let sock = connect(data_addr)?;
-            connect_stream(sock, auth, i, bufsize).map_err(|e| TransferError::network(format!("data stream to {data_addr}: {e}")))
-        };
-        let open_now = &open_now;
-        thread::scope(|s| {
-            let mut handles = Vec::new();
-            let mut preconnected = preconnected.into_iter();
-            for i in 0..n {
-                handles.push(match preconnected.next() {
-                    Some(p) => s.spawn(move || p.introduce(auth, i).map_err(|e| TransferError::network(format!("data stream to {data_addr}: {e}")))),
-                    None => s.spawn(move || open_now(i)),
-                });
-            }
-            handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(TransferError::network("stream setup panicked")))).collect::<Result<Vec<_>, _>>()
+    let connecting: Connecting = {
+        let open = open.clone();
+        Box::new(move || {
+            thread::scope(|s| {
+                let (open, auth, data_addr) = (&open, &auth, &data_addr);
+                let mut preconnected = preconnected.into_iter();
+                let handles: Vec<_> = (0..n)
+                    .map(|i| match preconnected.next() {
+                        Some(p) => s.spawn(move || p.introduce(auth, i).map_err(|e| stream_error(data_addr, &e))),
+                        None => s.spawn(move || open(i)),
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(TransferError::network("stream setup panicked")))).collect::<Result<Vec<_>, _>>()
+            })
         })
-    });
-    let open = open.clone();
+    };
     let opener = move |i: u32| open(i).ok();
     run_local_role(spec, *options, progress, memory, rate, reader, writer, Streams::Connecting(connecting), Some(Box::new(opener)), push)
+}
+
+fn stream_error(data_addr: &str, e: &std::io::Error) -> TransferError {
+    TransferError::network(format!("data stream to {data_addr}: {e}"))
 }
 
 /// The data address a server reported. An unspecified or wildcard host means: the host we
@@ -457,14 +464,7 @@ impl Drop for EarlyStreams {
 
 /// `connect` for threads that report `io::Error`s.
 fn connect_io(addr: &str) -> std::io::Result<TcpStream> {
-    let mut last = None;
-    for a in addr.to_socket_addrs()? {
-        match TcpStream::connect_timeout(&a, Duration::from_secs(10)) {
-            Ok(s) => return Ok(s),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| std::io::Error::other(format!("{addr}: no address"))))
+    connect_any(&addr.to_socket_addrs()?.collect::<Vec<_>>())
 }
 
 /// Starts the TCP and TLS handshakes of `n` data streams to the peer of `control` (a daemon's
