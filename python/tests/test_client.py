@@ -227,3 +227,30 @@ def test_stage_in_example_runs_the_next_step(service, tc: TransferClient, tmp_pa
     # A refused request: status 2.
     out = subprocess.run([sys.executable, str(example), "relative", str(dst), "--", "false"], env=env, capture_output=True, text=True, timeout=WAIT_S + 30)
     assert out.returncode == 2 and "relative" in out.stderr
+
+
+def test_sync_level_exists_tops_up_and_delete_removes_extras(tc: TransferClient, tmp_path: Path) -> None:
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    dst.mkdir()
+    (src / "keep").write_bytes(b"new content")
+    (src / "new").write_bytes(b"n")
+    (dst / "keep").write_bytes(b"old")
+    (dst / "extra").write_bytes(b"x")
+    tdata = TransferData(sync_level="exists", delete_destination_extra=True).add_item(str(src), str(dst))
+    job = tc.wait(tc.submit_transfer(tdata)["id"], timeout=WAIT_S)
+    assert job["state"] == "succeeded", job
+    assert job["spec"]["options"] == {"ignore_existing": True, "delete": True}
+    assert (dst / "keep").read_bytes() == b"old" and (dst / "new").read_bytes() == b"n"
+    assert not (dst / "extra").exists()
+
+
+def test_transfer_data_refuses_what_tern_cannot_do() -> None:
+    with pytest.raises(ValueError, match="sync_level"):
+        TransferData(sync_level="sometimes")
+    with pytest.raises(ValueError, match="needs a sync_level"):
+        TransferData(delete_destination_extra=True)
+    with pytest.raises(ValueError, match="no items"):
+        TransferData().specs()
+    with pytest.raises(ValueError, match="exclude"):
+        TransferData().add_filter_rule("x", method="drop")
