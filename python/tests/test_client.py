@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict
 
 import pytest
 
@@ -19,7 +18,7 @@ from tern_client import NetworkError, TernError, TransferAPIError, TransferClien
 WAIT_S = 120  # bound on any one job; they take well under a second here
 
 
-def make_tree(root: Path) -> Dict[str, bytes]:
+def make_tree(root: Path) -> dict[str, bytes]:
     """A small tree with a nested directory, an empty file and a multi-chunk file."""
     files = {
         "a.bin": os.urandom(3 * 1024 * 1024 + 17),
@@ -217,11 +216,19 @@ def test_stage_in_example_runs_the_next_step(service, tc: TransferClient, tmp_pa
     example = Path(__file__).resolve().parents[1] / "examples" / "stage_in.py"
     env = dict(os.environ, TERN_SERVER=service.url, TERN_TOKEN=tc._token, TERN_CA_FILE=service.ca)
     step = [sys.executable, "-c", "import sys, os; sys.exit(0 if os.path.isfile(sys.argv[1]) else 9)", str(dst / "a.bin")]
-    out = subprocess.run([sys.executable, str(example), str(src), str(dst), "--timeout", str(WAIT_S), "--", *step], env=env, capture_output=True, text=True, timeout=WAIT_S + 30)
+    out = subprocess.run(
+        [sys.executable, str(example), str(src), str(dst), "--timeout", str(WAIT_S), "--", *step], env=env, capture_output=True, text=True, timeout=WAIT_S + 30
+    )
     assert out.returncode == 0, out.stderr
     assert "succeeded" in out.stderr and same_tree(src, dst)
     # A missing source fails the job: status 1 and the next step does not run.
-    out = subprocess.run([sys.executable, str(example), str(tmp_path / "missing"), str(tmp_path / "nowhere"), "--", "false"], env=env, capture_output=True, text=True, timeout=WAIT_S + 30)
+    out = subprocess.run(
+        [sys.executable, str(example), str(tmp_path / "missing"), str(tmp_path / "nowhere"), "--", "false"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S + 30,
+    )
     assert out.returncode == 1, out.stderr
     assert "failed" in out.stderr
     # A refused request: status 2.

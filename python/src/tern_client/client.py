@@ -14,7 +14,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Union
 
 from .data import TransferData
 from .errors import NetworkError, TernError, TransferAPIError
@@ -29,7 +29,7 @@ _RECONNECT_S = 20.0
 TERMINAL_STATES = ("succeeded", "failed", "canceled")
 
 
-def _read_token(token: Optional[str]) -> str:
+def _read_token(token: str | None) -> str:
     if token is None:
         token = os.environ.get("TERN_TOKEN")
     if not token:
@@ -40,7 +40,7 @@ def _read_token(token: Optional[str]) -> str:
     return token.strip()
 
 
-def _ssl_context(ca_cert: Optional[str], verify: Union[bool, str]) -> ssl.SSLContext:
+def _ssl_context(ca_cert: str | None, verify: bool | str) -> ssl.SSLContext:
     if isinstance(verify, str):
         ca_cert = ca_cert or verify
     if verify is False:
@@ -72,11 +72,11 @@ class TransferClient:
 
     def __init__(
         self,
-        base_url: Optional[str] = None,
+        base_url: str | None = None,
         *,
-        token: Optional[str] = None,
-        ca_cert: Optional[str] = None,
-        verify: Union[bool, str] = True,
+        token: str | None = None,
+        ca_cert: str | None = None,
+        verify: bool | str = True,
         timeout: float = _TIMEOUT_S,
     ) -> None:
         base_url = base_url or os.environ.get("TERN_SERVER")
@@ -96,7 +96,7 @@ class TransferClient:
 
     # ---------- transport ----------
 
-    def request(self, method: str, path: str, body: Any = None, *, query: Optional[Dict[str, Any]] = None, timeout: Optional[float] = None) -> Any:
+    def request(self, method: str, path: str, body: Any = None, *, query: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
         """One API call; the decoded JSON answer (a ``str`` for non-JSON ones, e.g. /metrics).
 
         Raises :class:`TransferAPIError` for an error status, :class:`NetworkError` when no
@@ -119,7 +119,11 @@ class TransferClient:
             e.close()
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
-            hint = "check the certificate: pass ca_cert= or set TERN_CA_FILE" if isinstance(reason, ssl.SSLError) else "check base_url / TERN_SERVER and that the service runs"
+            hint = (
+                "check the certificate: pass ca_cert= or set TERN_CA_FILE"
+                if isinstance(reason, ssl.SSLError)
+                else "check base_url / TERN_SERVER and that the service runs"
+            )
             raise NetworkError(f"cannot reach {self.base_url}: {reason} ({hint})", e) from e
         text = raw.decode("utf-8", "replace")
         try:
@@ -132,7 +136,7 @@ class TransferClient:
 
     # ---------- jobs ----------
 
-    def submit_transfer(self, data: TransferData) -> Dict[str, Any]:
+    def submit_transfer(self, data: TransferData) -> dict[str, Any]:
         """Submits a transfer of one item; returns the new job (``job["id"]``, also as
         ``job["task_id"]``), usually ``queued``.
 
@@ -144,13 +148,13 @@ class TransferClient:
             raise ValueError(f"a tern job copies one item and this TransferData has {len(specs)}; use submit_transfer_items(data) for one job per item")
         return _job(self.request("POST", "/v1/jobs", specs[0]))
 
-    def submit_transfer_items(self, data: TransferData) -> List[Dict[str, Any]]:
+    def submit_transfer_items(self, data: TransferData) -> list[dict[str, Any]]:
         """Submits one job per item, in order; returns the jobs.
 
         Not atomic: if a later item is refused, the jobs before it were submitted; the
         exception's ``submitted`` attribute lists them (cancel them if all-or-nothing matters).
         """
-        jobs: List[Dict[str, Any]] = []
+        jobs: list[dict[str, Any]] = []
         for spec in data.specs():
             try:
                 jobs.append(_job(self.request("POST", "/v1/jobs", spec)))
@@ -159,19 +163,19 @@ class TransferClient:
                 raise
         return jobs
 
-    def get_task(self, job_id: JobId) -> Dict[str, Any]:
+    def get_task(self, job_id: JobId) -> dict[str, Any]:
         """A job: ``state``, ``progress``, ``rate_bytes_per_s``, ``eta_s``, ``summary`` (with
         per-file ``errors``), ``error``."""
         return _job(self.request("GET", f"/v1/jobs/{_id(job_id)}"))
 
-    def task_list(self, *, state: Optional[str] = None, limit: int = 100) -> List[Dict[str, Any]]:
+    def task_list(self, *, state: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
         """Jobs, newest first (``limit`` at most 1000); ``state`` keeps only jobs in that one
         (queued, running, retrying, succeeded, failed, canceled). A token limited to a path
         prefix sees only its own jobs."""
-        out = self.request("GET", "/v1/jobs", query={"state": state, "limit": limit})
+        out = _obj(self.request("GET", "/v1/jobs", query={"state": state, "limit": limit}))
         return [_job(j) for j in out["jobs"]]
 
-    def task_wait(self, job_id: JobId, timeout: Optional[float] = 10, polling_interval: float = 10) -> bool:
+    def task_wait(self, job_id: JobId, timeout: float | None = 10, polling_interval: float = 10) -> bool:
         """Waits until the job ends (succeeded, failed or canceled) or ``timeout`` seconds
         pass (``None``: as long as it takes). Returns whether it ended; read the outcome with
         :meth:`get_task`.
@@ -182,11 +186,11 @@ class TransferClient:
         """
         return self.wait(job_id, timeout=timeout)["state"] in TERMINAL_STATES
 
-    def wait(self, job_id: JobId, *, timeout: Optional[float] = None) -> Dict[str, Any]:
+    def wait(self, job_id: JobId, *, timeout: float | None = None) -> dict[str, Any]:
         """Like :meth:`task_wait`, returning the job as last seen (terminal unless ``timeout``
         passed first)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        unreachable_since: Optional[float] = None
+        unreachable_since: float | None = None
         while True:
             left = _MAX_LONG_POLL_S if deadline is None else deadline - time.monotonic()
             poll = max(0, min(_MAX_LONG_POLL_S, math.ceil(left)))
@@ -203,13 +207,13 @@ class TransferClient:
             if job["state"] in TERMINAL_STATES or (deadline is not None and time.monotonic() >= deadline):
                 return job
 
-    def cancel_task(self, job_id: JobId) -> Dict[str, Any]:
+    def cancel_task(self, job_id: JobId) -> dict[str, Any]:
         """Cancels a queued, retrying or running job (its transfer is stopped; what landed
         verified stays). Returns the job, now ``canceled``; a job already ended is a 409
         ``Conflict``."""
         return _job(self.request("POST", f"/v1/jobs/{_id(job_id)}/cancel"))
 
-    def retry_task(self, job_id: JobId, *, deadline: Optional[str] = None) -> Dict[str, Any]:
+    def retry_task(self, job_id: JobId, *, deadline: str | None = None) -> dict[str, Any]:
         """Queues a failed or canceled job again (it resumes from what landed); ``deadline``
         replaces one that passed."""
         body = {"deadline": deadline} if deadline is not None else {}
@@ -217,28 +221,28 @@ class TransferClient:
 
     # ---------- tokens (admin) ----------
 
-    def create_token(self, scope: str = "transfer", *, expires: Optional[str] = None, name: Optional[str] = None, path_prefix: Optional[str] = None) -> Dict[str, Any]:
+    def create_token(self, scope: str = "transfer", *, expires: str | None = None, name: str | None = None, path_prefix: str | None = None) -> dict[str, Any]:
         """Creates a token (``read`` < ``transfer`` < ``admin``; no more than the caller's);
         ``expires`` ``"90d"`` (default), ``"12h"``, ``"never"``; ``path_prefix`` limits its
         jobs to paths under it. The secret is in ``["token"]``, shown this once."""
-        body: Dict[str, Any] = {"scope": scope}
+        body: dict[str, Any] = {"scope": scope}
         for k, v in (("expires", expires), ("name", name), ("path_prefix", path_prefix)):
             if v is not None:
                 body[k] = v
-        return self.request("POST", "/v1/tokens", body)
+        return _obj(self.request("POST", "/v1/tokens", body))
 
-    def list_tokens(self) -> List[Dict[str, Any]]:
+    def list_tokens(self) -> list[dict[str, Any]]:
         """Every token's metadata (never secrets)."""
-        return self.request("GET", "/v1/tokens")["tokens"]
+        return [_obj(t) for t in _obj(self.request("GET", "/v1/tokens"))["tokens"]]
 
-    def revoke_token(self, token_id: str) -> Dict[str, Any]:
+    def revoke_token(self, token_id: str) -> dict[str, Any]:
         """Revokes a token by id (effective on its next request); the last live admin token
         cannot be revoked (409)."""
-        return self.request("DELETE", f"/v1/tokens/{urllib.parse.quote(token_id, safe='')}")
+        return _obj(self.request("DELETE", f"/v1/tokens/{urllib.parse.quote(token_id, safe='')}"))
 
-    def whoami(self) -> Dict[str, Any]:
+    def whoami(self) -> dict[str, Any]:
         """The calling token's metadata (id, name, scope, path prefix, expiry)."""
-        return self.request("GET", "/v1/whoami")
+        return _obj(self.request("GET", "/v1/whoami"))
 
     def metrics(self) -> str:
         """The Prometheus text of ``/metrics``."""
@@ -250,8 +254,16 @@ def _id(job_id: JobId) -> str:
     return urllib.parse.quote(str(job_id), safe="")
 
 
-def _job(value: Any) -> Dict[str, Any]:
-    # Globus SDK users read task["task_id"]; the API calls it id.
-    if isinstance(value, dict) and "id" in value:
-        value.setdefault("task_id", value["id"])
+def _obj(value: Any) -> dict[str, Any]:
+    """The answer as a JSON object, or one line saying what came instead."""
+    if not isinstance(value, dict):
+        raise TernError(f"unexpected answer from the service (not a JSON object): {str(value)[:200]!r}")
     return value
+
+
+def _job(value: Any) -> dict[str, Any]:
+    job = _obj(value)
+    # Globus SDK users read task["task_id"]; the API calls it id.
+    if "id" in job:
+        job.setdefault("task_id", job["id"])
+    return job

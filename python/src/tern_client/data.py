@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 # Globus' sync_level names; any of them makes the job a `tern sync` (only what differs is
 # sent). tern compares size and mtime ("size" and "mtime" both mean that), "exists" keeps any
@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional
 _SYNC_LEVELS = {"exists": 0, "size": 1, "mtime": 2, "checksum": 3, 0: 0, 1: 1, 2: 2, 3: 3}
 
 
-def join_endpoint(endpoint: Optional[str], path: str) -> str:
+def join_endpoint(endpoint: str | None, path: str) -> str:
     """One side of a job from an endpoint and a path on it.
 
     * ``None`` or ``""``: a path on the service's own host (must be absolute there).
@@ -59,15 +59,15 @@ class TransferData:
 
     def __init__(
         self,
-        source: Optional[str] = None,
-        destination: Optional[str] = None,
+        source: str | None = None,
+        destination: str | None = None,
         *,
-        label: Optional[str] = None,
+        label: str | None = None,
         sync_level: Any = None,
         delete_destination_extra: bool = False,
         verify_checksum: bool = False,
-        deadline: Optional[str] = None,
-        notify: Optional[str] = None,
+        deadline: str | None = None,
+        notify: str | None = None,
         fail_on_errors: bool = False,
         skip_source_errors: bool = False,
         **options: Any,
@@ -83,9 +83,9 @@ class TransferData:
         self.label = label
         self.notify = notify
         self.sync = sync_level is not None
-        self.items: List[Dict[str, Any]] = []
-        self.filter_rules: List[str] = []
-        self.options: Dict[str, Any] = dict(options)
+        self.items: list[dict[str, Any]] = []
+        self.filter_rules: list[str] = []
+        self.options: dict[str, Any] = dict(options)
         level = None if sync_level is None else _SYNC_LEVELS[sync_level]
         if level == 0:
             self.options["ignore_existing"] = True
@@ -100,7 +100,7 @@ class TransferData:
         if fail_on_errors:
             self.options["fail_fast"] = True
 
-    def add_item(self, source_path: str, destination_path: str, *, recursive: bool = True) -> "TransferData":
+    def add_item(self, source_path: str, destination_path: str, *, recursive: bool = True) -> TransferData:
         """Adds one source → destination pair; returns ``self`` so calls chain.
 
         Paths follow ``tern cp -r``: a directory copied to a destination that does not exist
@@ -119,7 +119,7 @@ class TransferData:
         )
         return self
 
-    def add_filter_rule(self, name: str, *, method: str = "exclude") -> "TransferData":
+    def add_filter_rule(self, name: str, *, method: str = "exclude") -> TransferData:
         """Adds an rsync-style rule (``method`` ``"exclude"`` or ``"include"``); first match wins.
 
         ``name`` is a pattern as ``tern cp --exclude`` takes it (``*.tmp``, ``scratch/``).
@@ -129,7 +129,7 @@ class TransferData:
         self.filter_rules.append(("- " if method == "exclude" else "+ ") + name)
         return self
 
-    def specs(self) -> List[Dict[str, Any]]:
+    def specs(self) -> list[dict[str, Any]]:
         """The API's job specs (``POST /v1/jobs`` bodies), one per item."""
         if not self.items:
             raise ValueError("this TransferData has no items; call add_item(source_path, destination_path) first")
@@ -138,7 +138,7 @@ class TransferData:
             options["filters"] = list(options.get("filters", [])) + self.filter_rules
         out = []
         for item in self.items:
-            spec: Dict[str, Any] = {"src": item["src"], "dst": item["dst"], "sync": self.sync, "options": options}
+            spec: dict[str, Any] = {"src": item["src"], "dst": item["dst"], "sync": self.sync, "options": options}
             if self.label is not None:
                 spec["label"] = self.label
             if self.notify is not None:

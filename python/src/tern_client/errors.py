@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any
 
 # Globus-style codes for the statuses the tern API answers with. The API's body is
 # {"error": "one line"}; a "code" field in it, if the service ever sends one, wins.
-_CODES: Dict[int, str] = {
+_CODES: dict[int, str] = {
     400: "BadRequest",
     401: "AuthenticationFailed",
     403: "PermissionDenied",
@@ -34,7 +34,7 @@ class NetworkError(TernError):
 
     http_status = 0
 
-    def __init__(self, message: str, cause: Optional[BaseException] = None) -> None:
+    def __init__(self, message: str, cause: BaseException | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.cause = cause
@@ -60,7 +60,7 @@ class TransferAPIError(TernError):
         self.body = body
 
     @classmethod
-    def from_response(cls, http_status: int, body: Any) -> "TransferAPIError":
+    def from_response(cls, http_status: int, body: Any) -> TransferAPIError:
         message = body.get("error") if isinstance(body, dict) else None
         code = body.get("code") if isinstance(body, dict) else None
         if not isinstance(message, str):
