@@ -48,22 +48,23 @@ class Service:
         self.root = base / "root"
         self.state = base / "state"
         self.daemon_token = base / "daemon.token"
-        self.log = base / "serve.log"
         self.root.mkdir(parents=True)
+        self.url = self.start("127.0.0.1:0")
+        self.ca = str(self.state / "tls" / "cert.pem")
+        self.admin_token = (self.state / "admin.token").read_text().strip()
+
+    def start(self, http_listen: str) -> str:
+        """Starts `tern serve` with the API on `http_listen`; returns the API's URL."""
         cmd = [
             str(tern_bin()), "serve",
-            "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0",
+            "--listen", "127.0.0.1:0", "--http-listen", http_listen,
             "--root", str(self.root), "--token-file", str(self.daemon_token), "--state-dir", str(self.state),
         ]  # fmt: skip
         # stderr goes to a file, not a pipe: nothing has to drain it, and it is there to read
         # when a test fails.
+        self.log = self.base / f"serve-{time.monotonic_ns()}.log"
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
-        self.url = self._wait_for_url()
-        self.ca = str(self.state / "tls" / "cert.pem")
-        self.admin_token = (self.state / "admin.token").read_text().strip()
-
-    def _wait_for_url(self) -> str:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             text = self.log.read_text(errors="replace")
@@ -75,6 +76,11 @@ class Service:
             time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"tern serve did not print its API address within {START_TIMEOUT_S} s:\n{self.log.read_text(errors='replace')}")
+
+    def restart(self) -> None:
+        """kill -9, then the same state directory on the same API port."""
+        self.stop()
+        assert self.start(self.url[len("https://") :]) == self.url
 
     def client(self, token: str) -> TransferClient:
         return TransferClient(self.url, token=token, ca_cert=self.ca)

@@ -8,10 +8,13 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from conftest import Service
 
 from tern_client import NetworkError, TernError, TransferAPIError, TransferClient, TransferData
 
@@ -83,22 +86,37 @@ def test_several_items_are_one_job_each(tc: TransferClient, tmp_path: Path) -> N
     assert (tmp_path / "x2").read_bytes() == b"x" * 1000 and (tmp_path / "y2").read_bytes() == b"y" * 1000
 
 
-def test_cancel_a_running_job_then_retry_it(service, tc: TransferClient, tmp_path: Path) -> None:  # noqa: ANN001
-    # A "daemon" that accepts the connection and never answers: the job's child hangs in
-    # its handshake, so the job is reliably running when it is canceled.
+def silent_daemon() -> socket.socket:
+    """A "daemon" that accepts connections and never answers: a job's child hangs in its
+    handshake, so the job is reliably running until it is canceled."""
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(8)
+    return silent
+
+
+def hanging_job(tc: TransferClient, service: Service, silent: socket.socket, tmp_path: Path) -> dict[str, Any]:
+    """Submits a job to the silent daemon and returns it once it runs."""
+    (tmp_path / "f").write_bytes(b"data")
+    daemon = f"tern://127.0.0.1:{silent.getsockname()[1]}"
+    tdata = TransferData(None, daemon, token_file=str(service.daemon_token)).add_item(str(tmp_path / "f"), "/incoming")
+    assert tdata.specs()[0]["dst"] == daemon + "/incoming"
+    job = tc.submit_transfer(tdata)
+    wait_for_state(tc, job["id"], "running")
+    return job
+
+
+def wait_for_state(tc: TransferClient, job_id: int, state: str) -> None:
+    deadline = time.monotonic() + 30
+    while tc.get_task(job_id)["state"] != state:
+        assert time.monotonic() < deadline, tc.get_task(job_id)
+        time.sleep(0.05)
+
+
+def test_cancel_a_running_job_then_retry_it(service: Service, tc: TransferClient, tmp_path: Path) -> None:
+    silent = silent_daemon()
     try:
-        (tmp_path / "f").write_bytes(b"data")
-        daemon = f"tern://127.0.0.1:{silent.getsockname()[1]}"
-        tdata = TransferData(None, daemon, token_file=str(service.daemon_token)).add_item(str(tmp_path / "f"), "/incoming")
-        assert tdata.specs()[0]["dst"] == daemon + "/incoming"
-        job = tc.submit_transfer(tdata)
-        deadline = time.monotonic() + 30
-        while tc.get_task(job["id"])["state"] != "running":
-            assert time.monotonic() < deadline, tc.get_task(job["id"])
-            time.sleep(0.05)
+        job = hanging_job(tc, service, silent, tmp_path)
         canceled = tc.cancel_task(job["id"])
         assert canceled["state"] == "canceled"
         assert tc.task_wait(job["id"], timeout=5)
@@ -132,7 +150,7 @@ def test_task_list_is_newest_first_and_filters_by_state(tc: TransferClient, tmp_
     assert e.value.http_status == 400 and "not one of" in e.value.message
 
 
-def test_errors_carry_status_code_and_message(service, tc: TransferClient) -> None:  # noqa: ANN001
+def test_errors_carry_status_code_and_message(service: Service, tc: TransferClient) -> None:
     with pytest.raises(TransferAPIError) as e:
         tc.get_task(999999)
     assert (e.value.http_status, e.value.code) == (404, "ClientError.NotFound")
@@ -155,14 +173,14 @@ def test_errors_carry_status_code_and_message(service, tc: TransferClient) -> No
         ("not-a-token", "malformed token"),
     ],
 )
-def test_bad_token_is_401(service, token: str, says: str) -> None:  # noqa: ANN001
+def test_bad_token_is_401(service: Service, token: str, says: str) -> None:
     with pytest.raises(TransferAPIError) as e:
         service.client(token).task_list()
     assert (e.value.http_status, e.value.code) == (401, "AuthenticationFailed")
     assert says in e.value.message
 
 
-def test_tokens_create_list_scope_and_revoke(service, admin: TransferClient, tmp_path: Path) -> None:  # noqa: ANN001
+def test_tokens_create_list_scope_and_revoke(service: Service, admin: TransferClient, tmp_path: Path) -> None:
     new = admin.create_token("read", name="pytest reader", expires="1h")
     assert new["scope"] == "read" and new["token"].startswith("tern_")
     listed = {t["id"]: t for t in admin.list_tokens()}
@@ -188,7 +206,7 @@ def test_tokens_create_list_scope_and_revoke(service, admin: TransferClient, tmp
     assert e.value.http_status == 409
 
 
-def test_path_prefix_token_is_confined(service, admin: TransferClient, tmp_path: Path) -> None:  # noqa: ANN001
+def test_path_prefix_token_is_confined(service: Service, admin: TransferClient, tmp_path: Path) -> None:
     mine = tmp_path / "alice"
     mine.mkdir()
     alice = service.client(admin.create_token("transfer", path_prefix=str(mine), expires="1h")["token"])
@@ -199,7 +217,7 @@ def test_path_prefix_token_is_confined(service, admin: TransferClient, tmp_path:
     assert alice.task_list() == []  # sees only its own jobs
 
 
-def test_tls_is_checked_and_plain_http_refused(service) -> None:  # noqa: ANN001
+def test_tls_is_checked_and_plain_http_refused(service: Service) -> None:
     # Without the service's certificate, the system CAs do not trust it: no request is sent.
     with pytest.raises(NetworkError, match="certificate"):
         TransferClient(service.url, token=service.admin_token).task_list()
@@ -210,7 +228,16 @@ def test_tls_is_checked_and_plain_http_refused(service) -> None:  # noqa: ANN001
     assert c.whoami()["scope"] == "admin"
 
 
-def test_stage_in_example_runs_the_next_step(service, tc: TransferClient, tmp_path: Path) -> None:  # noqa: ANN001
+def test_a_token_file_others_can_read_is_warned_about(service: Service, tmp_path: Path) -> None:
+    loose = tmp_path / "token"
+    loose.write_text(service.admin_token + "\n")
+    loose.chmod(0o644)
+    with pytest.warns(UserWarning, match="readable by others.*chmod 600"):
+        c = TransferClient(service.url, token=f"@{loose}", ca_cert=service.ca)
+    assert c.whoami()["scope"] == "admin"  # used all the same: the warning says what to do
+
+
+def test_stage_in_example_runs_the_next_step(service: Service, tc: TransferClient, tmp_path: Path) -> None:
     src, dst = tmp_path / "in", tmp_path / "staged"
     make_tree(src)
     example = Path(__file__).resolve().parents[1] / "examples" / "stage_in.py"
@@ -261,3 +288,25 @@ def test_transfer_data_refuses_what_tern_cannot_do() -> None:
         TransferData().specs()
     with pytest.raises(ValueError, match="exclude"):
         TransferData().add_filter_rule("x", method="drop")
+
+
+def test_wait_rides_over_a_service_restart(tmp_path: Path) -> None:
+    s = Service(tmp_path / "svc")
+    silent = silent_daemon()
+    try:
+        tc = s.client(s.admin_token)
+        job = hanging_job(tc, s, silent, tmp_path)
+        seen: dict[str, Any] = {}
+        waiter = threading.Thread(target=lambda: seen.update(job=tc.wait(job["id"], timeout=WAIT_S)))
+        waiter.start()
+        time.sleep(0.3)  # lets the long poll be in flight when the service dies (not a check)
+        s.restart()  # kill -9: the long poll's connection drops; the waiter retries
+        # The restarted service queued the interrupted job again and runs it again.
+        wait_for_state(tc, job["id"], "running")
+        assert waiter.is_alive()
+        tc.cancel_task(job["id"])
+        waiter.join(WAIT_S)
+        assert seen["job"]["state"] == "canceled"
+    finally:
+        silent.close()
+        s.stop()

@@ -6,6 +6,7 @@ background threads, nothing cached but the connection settings.
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import os
@@ -14,6 +15,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+import warnings
 from typing import Any, Union
 
 from .data import TransferData
@@ -35,8 +37,13 @@ def _read_token(token: str | None) -> str:
     if not token:
         raise TernError("no token given: pass token=... or set TERN_TOKEN (tern token create prints one)")
     if token.startswith("@"):
-        with open(token[1:], encoding="utf-8") as f:
+        path = token[1:]
+        with open(path, encoding="utf-8") as f:
+            mode = os.fstat(f.fileno()).st_mode & 0o777
             token = f.read()
+        if mode & 0o077:
+            # ssh and rsyncd refuse such files; a client that cannot know the file's history warns.
+            warnings.warn(f"token file {path} is readable by others (mode {mode:04o}); anyone who reads it can act as you: chmod 600 {path}", stacklevel=3)
     return token.strip()
 
 
@@ -117,7 +124,7 @@ class TransferClient:
         except urllib.error.HTTPError as e:
             status, raw = e.code, e.read()
             e.close()
-        except (urllib.error.URLError, OSError) as e:
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
             reason = getattr(e, "reason", e)
             hint = (
                 "check the certificate: pass ca_cert= or set TERN_CA_FILE"
