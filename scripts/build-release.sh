@@ -16,4 +16,10 @@ cargo zigbuild --locked --release -p tern --target "x86_64-unknown-linux-gnu.$GL
 mkdir -p target/dist
 cp "target/x86_64-unknown-linux-gnu/release/tern" target/dist/tern
 newest=$(objdump -T target/dist/tern | grep -o 'GLIBC_[0-9.]*' | sort -V | tail -1)
+# The promise is the old glibc: a symbol from a newer one would stop it starting on old DTNs.
+if [[ $(printf '%s\n' "$newest" "GLIBC_$GLIBC" | sort -V | tail -1) != "GLIBC_$GLIBC" ]]; then
+  echo "build-release: target/dist/tern needs $newest, newer than glibc $GLIBC" >&2
+  exit 1
+fi
+target/dist/tern --version >/dev/null
 echo "target/dist/tern: $(stat -c %s target/dist/tern) bytes, gzip $(gzip -6 -c target/dist/tern | wc -c) bytes, needs $newest at most"
