@@ -10,7 +10,7 @@ size_mb=${1:-512}
 
 echo "==> building tern (release)"
 cargo build --release --locked -p tern
-tern=$PWD/target/release/tern
+tern=$(realpath -m "${CARGO_TARGET_DIR:-target}")/release/tern
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/tern-quickstart.XXXXXX")
 daemon=

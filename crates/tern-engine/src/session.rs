@@ -701,6 +701,8 @@ struct SshConn {
     stdout: Option<Box<dyn Read + Send>>,
     stderr_tail: Arc<Mutex<Vec<String>>>,
     host: String,
+    /// Started through the install script (its exit statuses mean what `bootstrap` says).
+    bootstrap: bool,
 }
 
 impl SshConn {
@@ -742,7 +744,7 @@ impl SshConn {
             (Box::new(w), Box::new(r))
         };
         stdin.write_all(format!("TERN-SECRET {}\n", hex(secret)).as_bytes()).map_err(crate::control::net_err)?;
-        Ok(Self { child: Some(child), stdin: Some(stdin), stdout: Some(stdout), stderr_tail: tail, host: host.to_string() })
+        Ok(Self { child: Some(child), stdin: Some(stdin), stdout: Some(stdout), stderr_tail: tail, host: host.to_string(), bootstrap: spec.ssh.remote_bin.is_none() })
     }
 
     /// Turns a bare "connection closed" into what ssh or the remote shell said.
@@ -763,7 +765,7 @@ impl SshConn {
         // The most telling line: an error line if there is one, else the last one.
         let last = tail.iter().rev().find(|l| l.to_lowercase().contains("error") || l.starts_with("tern")).or_else(|| tail.iter().rev().find(|l| !l.trim().is_empty())).cloned().unwrap_or_default();
         let code = status.and_then(|s| s.code());
-        if let Some(e) = code.and_then(|c| crate::bootstrap::explain_exit(c, &self.host)) {
+        if let Some(e) = code.filter(|_| self.bootstrap).and_then(|c| crate::bootstrap::explain_exit(c, &self.host)) {
             return e;
         }
         match code {
