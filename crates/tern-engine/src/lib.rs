@@ -6,6 +6,7 @@
 
 pub mod control;
 pub mod datastream;
+pub mod dial;
 pub mod error;
 pub mod faults;
 pub mod fsops;
@@ -13,6 +14,7 @@ pub mod hashing;
 pub mod hook;
 pub mod journal;
 pub mod layout;
+pub mod limits;
 pub mod progress;
 pub mod ratelimit;
 pub mod relay;
