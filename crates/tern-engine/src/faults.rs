@@ -33,16 +33,8 @@ pub struct Faults {
 
 #[cfg(not(feature = "test-hooks"))]
 pub fn faults() -> &'static Faults {
-    static OFF: Faults = Faults {
-        corrupt: None,
-        corrupt_done: AtomicBool::new(false),
-        cut_after: None,
-        cut_done: AtomicBool::new(false),
-        sent: AtomicU64::new(0),
-        delay_ms: 0,
-        no_hash: false,
-        features: None,
-    };
+    static OFF: Faults =
+        Faults { corrupt: None, corrupt_done: AtomicBool::new(false), cut_after: None, cut_done: AtomicBool::new(false), sent: AtomicU64::new(0), delay_ms: 0, no_hash: false, features: None };
     &OFF
 }
 

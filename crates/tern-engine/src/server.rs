@@ -595,7 +595,8 @@ pub fn serve_remote(port_range: Option<(u16, u16)>, reverse_port: Option<u16>) -
         let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
         let key = tern_proto::auth::token_key(secret.as_bytes());
         drop(tx);
-        return serve_session(halves, [0; 32], key, &Roots::Home(home), random(), String::new(), false, rx, Some(bracket(client_ip, port)), Arc::new(Progress::default()), &Hooks::default(), None).map(|_| ());
+        return serve_session(halves, [0; 32], key, &Roots::Home(home), random(), String::new(), false, rx, Some(bracket(client_ip, port)), Arc::new(Progress::default()), &Hooks::default(), None)
+            .map(|_| ());
     }
     let listener = listener.expect("bound unless --reverse");
     let port = listener.local_addr().map_err(crate::control::net_err)?.port();

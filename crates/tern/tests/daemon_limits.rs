@@ -283,3 +283,58 @@ fn a_daemon_dials_only_where_its_operator_allowed() {
     assert!(answers.iter().all(|a| a.1 >= Duration::from_secs(10)), "{answers:?}");
     assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 1, "one probe connection, not one per stream");
 }
+
+#[test]
+fn the_daemon_logs_one_plain_access_line_per_session() {
+    let t = scratch();
+    fs::create_dir(t.path().join("root")).unwrap();
+    write_file(&t.path().join("src/a.bin"), 1, 100_000);
+    let log = t.path().join("serve.log");
+    let mut child = std::process::Command::new(tern_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--root"])
+        .arg(t.path().join("root"))
+        .arg("--token-file")
+        .arg(t.path().join("token"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let port = loop {
+        let text = fs::read_to_string(&log).unwrap_or_default();
+        if let Some(p) = text.split("listening on 127.0.0.1:").nth(1).and_then(|r| r.split_whitespace().next()).and_then(|p| p.parse::<u16>().ok()) {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "daemon did not start: {text}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let token = t.path().join("token").display().to_string();
+    let url = |p: &str| format!("tern://127.0.0.1:{port}/{p}");
+    let r = tern(&["cp", "-r", &t.path().join("src").display().to_string(), &url("copy"), "--token-file", &token], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    let r = tern(&["cp", "-r", &t.path().join("src").display().to_string(), &url("../x"), "--token-file", &token], &[]);
+    assert!(!r.ok());
+    // Each session's line is written when it ends.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let text = loop {
+        let text = fs::read_to_string(&log).unwrap();
+        if text.matches("access: ").count() >= 2 {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "no access lines: {text}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(!text.contains('\x1b'), "colour codes in a log file: {text:?}");
+    assert!(!text.contains("WARN"), "warnings for ordinary sessions: {text}");
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("access: ")).collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    let ok = lines.iter().find(|l| l.contains("result=ok")).unwrap_or_else(|| panic!("{text}"));
+    for part in ["INFO", "peer=127.0.0.1:", "auth=token", "op=receive", "dest=\"/copy\"", "files=1", "bytes=100000", "secs="] {
+        assert!(ok.contains(part), "{part} missing: {ok}");
+    }
+    let bad = lines.iter().find(|l| l.contains("result=failed")).unwrap_or_else(|| panic!("{text}"));
+    assert!(bad.contains("dest=\"/../x\"") && bad.contains("not allowed"), "{bad}");
+}

@@ -121,10 +121,7 @@ fn unencrypted_and_with_the_dst_token_from_the_environment() {
     let p = pair(&ALLOW);
     source_tree(&p.t.path().join("a/src"), 9 << 20);
     let dst_token = p.b.token_arg();
-    let r = tern(
-        &["cp", "-r", "--no-encrypt", "--chunk-size", "1M", &p.a.url("/src"), &p.b.url("/copy"), "--token-file", &p.a.token_arg()],
-        &[("TERN_DST_TOKEN_FILE", &dst_token)],
-    );
+    let r = tern(&["cp", "-r", "--no-encrypt", "--chunk-size", "1M", &p.a.url("/src"), &p.b.url("/copy"), "--token-file", &p.a.token_arg()], &[("TERN_DST_TOKEN_FILE", &dst_token)]);
     assert!(r.ok(), "{}", r.stderr());
     assert_same_tree(&p.t.path().join("a/src"), &p.t.path().join("b/copy"));
 }
