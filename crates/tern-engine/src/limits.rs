@@ -92,8 +92,9 @@ impl Gate {
             Ok(c) => c,
             Err(e) => return Admit::Busy(format!("daemon busy: cannot take another connection ({e}); try again later")),
         };
+        // Each read is bounded here; the whole wait by the reaper (which also ends a write
+        // stuck on a client that does not read).
         let _ = sock.set_read_timeout(Some(self.limits.auth_timeout));
-        let _ = sock.set_write_timeout(Some(self.limits.auth_timeout));
         let mut st = self.state.lock().unwrap();
         if st.waiting.len() >= self.limits.max_waiting()
             && let Some((_, old)) = st.waiting.pop_first()
@@ -217,8 +218,11 @@ impl Conn {
         st.sessions += session as usize;
         self.stage = Stage::Authenticated { session };
         drop(st);
-        let _ = w.sock.set_read_timeout(None);
-        let _ = w.sock.set_write_timeout(None);
+        // A session may idle (the client hashing for --checksum); a data stream keeps its own
+        // timeouts until its go-ahead (`PendingStream::finish`).
+        if session {
+            let _ = w.sock.set_read_timeout(None);
+        }
         Ok(())
     }
 }

@@ -449,11 +449,7 @@ fn serve(a: ServeArgs) -> Result<ExitCode> {
     if !(a.auth_timeout > 0.0 && a.auth_timeout <= 3600.0) {
         bail!("--auth-timeout {}: give seconds between 0 and 3600", a.auth_timeout);
     }
-    let limits = tern_engine::limits::Limits {
-        max_connections: a.max_connections as usize,
-        max_sessions: a.max_sessions as usize,
-        auth_timeout: std::time::Duration::from_secs_f64(a.auth_timeout),
-    };
+    let limits = tern_engine::limits::Limits { max_connections: a.max_connections as usize, max_sessions: a.max_sessions as usize, auth_timeout: std::time::Duration::from_secs_f64(a.auth_timeout) };
     let config = tern_engine::server::DaemonConfig { limits, dial: tern_engine::dial::DialPolicy { allow: if a.no_third_party { Vec::new() } else { a.dial_allow } } };
     tern_engine::server::serve_daemon(listener, Roots::Confined(roots), secret, Arc::new(a.hook.into_iter().collect()), config)?;
     Ok(ExitCode::SUCCESS)
