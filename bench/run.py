@@ -40,8 +40,11 @@ NS_A, NS_B = "tern-a", "tern-b"
 DATA = "/dev/shm/tern-bench"
 PORTS = {"ssh": 2222, "gridftp": 2811, "xrootd": 1094, "tern": 7700, "iperf3": 5201}
 
-ALL_TOOLS = ["iperf3", "scp", "rsync", "globus-url-copy", "rclone", "xrdcp", "tern-ssh", "tern-daemon"]
-PEERS = ["scp", "rsync", "globus-url-copy", "rclone", "xrdcp"]
+ALL_TOOLS = ["iperf3", "scp", "rsync", "rsync4", "globus-url-copy", "rclone", "xrdcp", "tern-first", "tern-ssh", "tern-daemon"]
+PEERS = ["scp", "rsync", "rsync4", "globus-url-copy", "rclone", "xrdcp"]
+# tern-first: tern as a new user meets it (no flags, fresh ssh login, no tern on the far side:
+# it installs itself in a fresh cache each run). tern-ssh: the second use (tern already there).
+# rsync4: four rsyncs over a size-balanced split of the files (bench/rsync-parallel.sh).
 FULL_PATHS = ["lan", "alcf-ncsa", "olcf-alcf", "olcf-nersc", "olcf-nersc-lossy"]
 QUICK_PATHS = ["lan", "olcf-nersc"]
 FULL_PROFILES = ["hacc:2G", "six:2G", "one:2G", "small:1"]
@@ -139,7 +142,7 @@ class Servers:
         os.chmod(self.tmp, 0o755)
         if "iperf3" in tools:
             self._spawn("iperf3", ns(NS_B, ["iperf3", "-s", "-B", B, "-p", str(PORTS["iperf3"])]), PORTS["iperf3"])
-        if {"scp", "rsync", "rclone", "tern-ssh"} & set(tools):
+        if {"scp", "rsync", "rsync4", "rclone", "tern-ssh", "tern-first"} & set(tools):
             self.start_sshd()
         if "globus-url-copy" in tools:
             self._spawn("gridftp", ns(NS_B, [
@@ -240,8 +243,20 @@ def tool_cmd(tool, src, dst_root, srv, nfiles):
     if tool == "xrdcp":
         return ["xrdcp", "-r", "-N", "-s", "--parallel", "8" if many else "4", "--streams", "4", src,
                 f"root://{B}:{PORTS['xrootd']}/{dst_root}/"], f"{dst_root}/data"
+    if tool == "rsync4":
+        return [os.path.join(HERE, "rsync-parallel.sh"), "4", ssh, src, f"root@{B}:{dst_root}/data"], f"{dst_root}/data"
     if tool == "tern-ssh":
         return [TERN, "cp", "-r", "--json", "--ssh", ssh, "--remote-bin", TERN, src, f"root@{B}:{dst_root}/data"], f"{dst_root}/data"
+    if tool == "tern-first":
+        # The far side's login has no tern on PATH and an empty cache (removed before each run).
+        cache = dst_root + ".first-cache"
+        shutil.rmtree(cache, ignore_errors=True)
+        wrapper = os.path.join(srv.tmp, "ssh-first-use")
+        with open(wrapper, "w") as f:
+            f.write("#!/bin/bash\nargs=(\"$@\"); last=\"${args[-1]}\"; unset 'args[-1]'\n"
+                    f"exec {ssh} \"${{args[@]}}\" \"env PATH=/usr/bin:/bin XDG_CACHE_HOME={cache} $last\"\n")
+        os.chmod(wrapper, 0o755)
+        return [TERN, "cp", "-r", "--json", "--no-ssh-reuse", "--ssh", wrapper, src, f"root@{B}:{dst_root}/data"], f"{dst_root}/data"
     if tool == "tern-daemon":
         return [TERN, "cp", "-r", "--json", "--token-file", srv.token, src, f"tern://{B}:{PORTS['tern']}/data"], f"{dst_root}/data"
     raise ValueError(tool)
@@ -692,7 +707,7 @@ def main():
                     if tool == "iperf3":
                         continue
                     cell = cells[tool] = {"bytes": meta["bytes"], "runs": []}
-                    server = {"scp": "sshd", "rsync": "sshd", "rclone": "sshd", "tern-ssh": "sshd",
+                    server = {"scp": "sshd", "rsync": "sshd", "rsync4": "sshd", "rclone": "sshd", "tern-ssh": "sshd", "tern-first": "sshd",
                               "globus-url-copy": "gridftp", "xrdcp": "xrootd", "tern-daemon": "tern"}[tool]
                     if tool.startswith("tern") and missing_tern:
                         cell["status"], cell["reason"] = "NOT BUILT", missing_tern

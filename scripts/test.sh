@@ -3,6 +3,7 @@
 # real sockets and real file systems. Installs what the tests need first (Debian, as root).
 #   scripts/test.sh            # everything
 #   scripts/test.sh -- NAME    # only tests whose name contains NAME
+#   scripts/test.sh -- python  # the Python client's tests (python/tests), after a build
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -24,6 +25,9 @@ command -v ss >/dev/null || need+=(iproute2)
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
 # ... and a real SMTP server (aiosmtpd, Debian's python3) to receive notification mails.
 /usr/bin/python3 -c 'import aiosmtpd' 2>/dev/null || need+=(python3-aiosmtpd)
+# The Python client's tests (python/tests) run in a venv: Debian's python3 needs python3-venv.
+command -v python3 >/dev/null || need+=(python3)
+python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 if ((${#need[@]})); then
   if [[ $EUID -eq 0 ]]; then
     echo "test.sh: installing ${need[*]}"
@@ -45,3 +49,17 @@ filter=()
 if [[ ${1:-} == "--" ]]; then filter=("${@:2}"); fi
 # Two test threads: the integration tests each run several tern processes on this 2-core box.
 timeout 2400 cargo test --workspace --locked -- --test-threads=2 "${filter[@]}"
+
+# The Python client (python/, docs/python.md) against the tern binary cargo just built: pytest
+# starts a real `tern serve` from it. pytest and the package's build backend come from PyPI.
+# A -- NAME filter names Rust tests, so it skips these unless one of its words is `python`.
+if ((${#filter[@]})) && [[ " ${filter[*]} " != *" python "* ]]; then
+  exit 0
+fi
+tern_bin="$(realpath -m "${CARGO_TARGET_DIR:-target}")/debug/tern"
+[[ -x $tern_bin ]] || timeout 1800 cargo build -p tern --locked
+venv=target/pyvenv
+"$venv/bin/python" -c '' 2>/dev/null || python3 -m venv --clear "$venv"
+timeout 600 "$venv/bin/pip" install -q --disable-pip-version-check --upgrade pytest
+timeout 600 "$venv/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps ./python
+TERN_BIN="$tern_bin" timeout 600 "$venv/bin/python" -m pytest -q -p no:cacheprovider python/tests

@@ -40,10 +40,7 @@ pub fn net_err(e: io::Error) -> TransferError {
 }
 
 pub fn proto_err(e: tern_proto::ProtoError) -> TransferError {
-    TransferError::fatal(
-        tern_proto::Side::Network,
-        format!("protocol error from the peer: {e} (is the other end a tern of a compatible version?)"),
-    )
+    TransferError::fatal(tern_proto::Side::Network, format!("protocol error from the peer: {e} (is the other end a tern of a compatible version?)"))
 }
 
 /// Shared by the threads of one side; each message is one `write_all` under the lock.

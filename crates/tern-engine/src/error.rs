@@ -56,15 +56,9 @@ pub fn err_text(err: &io::Error) -> String {
 
 fn hint(side: Side, err: &io::Error) -> &'static str {
     match (side, err.raw_os_error()) {
-        (_, Some(libc::ENOSPC)) | (_, Some(libc::EDQUOT)) => {
-            " (free space or raise the quota, then re-run the same command: verified data is kept and the transfer resumes)"
-        }
-        (Side::Source, Some(libc::EACCES)) | (Side::Source, Some(libc::EPERM)) => {
-            " (check read permission on the source, then re-run)"
-        }
-        (Side::Destination, Some(libc::EACCES)) | (Side::Destination, Some(libc::EPERM)) => {
-            " (check write permission on the destination directory, then re-run)"
-        }
+        (_, Some(libc::ENOSPC)) | (_, Some(libc::EDQUOT)) => " (free space or raise the quota, then re-run the same command: verified data is kept and the transfer resumes)",
+        (Side::Source, Some(libc::EACCES)) | (Side::Source, Some(libc::EPERM)) => " (check read permission on the source, then re-run)",
+        (Side::Destination, Some(libc::EACCES)) | (Side::Destination, Some(libc::EPERM)) => " (check write permission on the destination directory, then re-run)",
         (Side::Source, Some(libc::ENOENT)) => " (check the source path)",
         (Side::Destination, Some(libc::ENOTDIR)) => " (a file stands where a directory is needed at the destination; move it away)",
         (Side::Destination, Some(libc::EXDEV)) => " (the path leaves the destination root through a symlink; refused)",

@@ -33,11 +33,7 @@ impl DestRoot {
 
     /// Absolute path of a relative one, for messages.
     pub fn display(&self, rel: &[u8]) -> String {
-        if rel.is_empty() {
-            self.path.display().to_string()
-        } else {
-            self.path.join(OsStr::from_bytes(rel)).display().to_string()
-        }
+        if rel.is_empty() { self.path.display().to_string() } else { self.path.join(OsStr::from_bytes(rel)).display().to_string() }
     }
 
     /// Opens directory `rel` (empty = the root) without leaving the root.
@@ -86,12 +82,7 @@ pub fn stat_at(dir: &impl AsFd, name: &[u8]) -> io::Result<Option<rfs::Stat>> {
 
 /// Opens (creating if needed) a temporary file for writing, never following a symlink.
 pub fn open_temp(dir: &impl AsFd, name: &[u8]) -> io::Result<File> {
-    let fd = rfs::openat(
-        dir,
-        name,
-        OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o600),
-    )?;
+    let fd = rfs::openat(dir, name, OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::from_raw_mode(0o600))?;
     Ok(File::from(fd))
 }
 
@@ -149,11 +140,7 @@ const NAME_MAX: usize = 255;
 /// Temporary name for a file being received, and its journal's name.
 pub fn temp_names(name: &[u8]) -> (Vec<u8>, Vec<u8>) {
     // The leading '.' and the ".tern-journal" suffix must fit in NAME_MAX with the name.
-    let base: Vec<u8> = if 1 + name.len() + ".tern-journal".len() <= NAME_MAX {
-        [b".", name].concat()
-    } else {
-        format!(".tern-{}", &blake3::hash(name).to_hex()[..32]).into_bytes()
-    };
+    let base: Vec<u8> = if 1 + name.len() + ".tern-journal".len() <= NAME_MAX { [b".", name].concat() } else { format!(".tern-{}", &blake3::hash(name).to_hex()[..32]).into_bytes() };
     ([&base[..], b".tern-part"].concat(), [&base[..], b".tern-journal"].concat())
 }
 

@@ -95,10 +95,7 @@ fn client_as(
         _ => return Err(TransferError::fatal(Side::Network, format!("unexpected message from {peer} during authentication (is it a compatible tern?)"))),
     };
     if !proofs_equal(&proof, &control_proof(key, Party::Server, &nc, &ns, exporter)) {
-        return Err(TransferError::fatal(
-            Side::Network,
-            format!("{peer} does not know our token, or someone is in the middle; check --token-file / TERN_TOKEN_FILE"),
-        ));
+        return Err(TransferError::fatal(Side::Network, format!("{peer} does not know our token, or someone is in the middle; check --token-file / TERN_TOKEN_FILE")));
     }
     w.send(&Control::Auth { nonce: nc, proof: control_proof(key, Party::Client, &nc, &ns, exporter) })?;
     Ok((session_key(key, &nc, &ns), rtt, features))

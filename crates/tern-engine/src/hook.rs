@@ -84,15 +84,7 @@ pub(crate) fn serve(hooks: &Hooks, roots: &Roots, name: &str, wire_path: &[u8], 
 /// the tail of what it printed.
 fn run_local(cmd: &str, unit: &Path) -> (i32, String) {
     let name = unit.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let child = Command::new("sh")
-        .arg("-c")
-        .arg(cmd)
-        .env("TERN_UNIT_PATH", unit)
-        .env("TERN_UNIT_NAME", name)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn();
+    let child = Command::new("sh").arg("-c").arg(cmd).env("TERN_UNIT_PATH", unit).env("TERN_UNIT_NAME", name).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn();
     let mut child = match child {
         Ok(c) => c,
         Err(e) => return (127, format!("cannot run sh: {e}")),

@@ -60,12 +60,7 @@ pub struct Journal {
 impl Journal {
     /// Starts a fresh journal, replacing any old one.
     pub fn create(dir: &impl AsFd, name: &[u8], header: &JournalHeader) -> io::Result<Self> {
-        let fd = rfs::openat(
-            dir,
-            name,
-            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::APPEND | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )?;
+        let fd = rfs::openat(dir, name, OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::APPEND | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::from_raw_mode(0o600))?;
         let mut file = File::from(fd);
         file.write_all(&header.encode())?;
         Ok(Self { file })

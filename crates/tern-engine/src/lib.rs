@@ -4,12 +4,15 @@
 //! and serves wanted chunks; [`receiver::Receiving`] decides what it needs, verifies, writes and
 //! renames. [`session`] sets both up over ssh, a daemon or in-process, and retries with resume.
 
+pub mod bootstrap;
 pub mod control;
 pub mod datastream;
 pub mod dial;
+pub mod endpoint;
 pub mod error;
 pub mod faults;
 pub mod fsops;
+pub mod handshake;
 pub mod hashing;
 pub mod hook;
 pub mod journal;
@@ -17,14 +20,12 @@ pub mod layout;
 pub mod limits;
 pub mod progress;
 pub mod ratelimit;
-pub mod relay;
 pub mod receiver;
+pub mod relay;
+pub mod seal;
 pub mod sender;
-pub mod transport;
-pub mod walk;
-pub mod endpoint;
-pub mod handshake;
 pub mod server;
 pub mod session;
 pub mod sshmux;
-pub mod seal;
+pub mod transport;
+pub mod walk;

@@ -23,6 +23,8 @@ pub struct Progress {
     pub reconnects: AtomicU64,
     pub deleted: AtomicU64,
     pub errors: Mutex<Vec<TransferError>>,
+    /// One-line notes for the user that are not errors (e.g. "installed tern on HOST at PATH").
+    pub notices: Mutex<Vec<String>>,
     /// Dry-run plan lines, in the order the receiver decided them.
     pub plan: Mutex<Vec<String>>,
 }
@@ -33,6 +35,10 @@ impl Progress {
     }
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Relaxed)
+    }
+    pub fn notice(&self, message: String) {
+        tracing::info!("{message}");
+        self.notices.lock().unwrap().push(message);
     }
     pub fn error(&self, e: TransferError) {
         tracing::debug!("{e}");

@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, unbounded};
 use tern_proto::chunk::{Assembly, chunk_count, chunk_range, file_hash};
 use tern_proto::data::{ChunkHeader, FLAG_WHOLE_FILE, chunk_data_len};
+use tern_proto::filter::Filter;
 use tern_proto::frame::{FrameHeader, HEADER_LEN};
 use tern_proto::msg::{PlanAction, SkipReason, Summary, WantFile};
 use tern_proto::path::{file_name, parent, symlink_stays_inside};
 use tern_proto::{Control, Entry, EntryKind, Options};
-use tern_proto::filter::Filter;
 
 use crate::control::{CtrlReader, CtrlWriter};
 use crate::datastream::DataConn;
@@ -65,10 +65,7 @@ struct Sink {
 
 impl Sink {
     fn file(&self) -> Result<&File, String> {
-        self.file
-            .get_or_init(|| fsops::open_temp(&*self.parent, &self.tmp).map_err(|e| format!("cannot create temporary file: {}", err_text(&e))))
-            .as_ref()
-            .map_err(|e| e.clone())
+        self.file.get_or_init(|| fsops::open_temp(&*self.parent, &self.tmp).map_err(|e| format!("cannot create temporary file: {}", err_text(&e)))).as_ref().map_err(|e| e.clone())
     }
 }
 
@@ -998,7 +995,10 @@ fn finalizer(rx: Receiver<ToFinalize>, events: Sender<Event>, fsync: bool, verif
         .flatten()
         .collect();
         batch.clear();
-        if fsync && !ready.is_empty() && let Some(root) = root.get() {
+        if fsync
+            && !ready.is_empty()
+            && let Some(root) = root.get()
+        {
             // One syncfs makes the whole batch durable before any of it is renamed.
             if let Ok(r) = DestRoot::open(root) {
                 let _ = r.syncfs();

@@ -150,7 +150,6 @@ impl Sending {
             thread::spawn(move || walker(ev, w, sources, opts, memory, filter, list));
         }
 
-
         let result = self_loop(&rx, &writer, &work_tx, &p, &mut |conn| spawn_worker(conn, &mut closers, &mut workers));
         drop(work_tx);
         if result.is_err() {
@@ -165,13 +164,7 @@ impl Sending {
     }
 }
 
-fn self_loop(
-    rx: &Receiver<Event>,
-    writer: &CtrlWriter,
-    work: &Sender<Work>,
-    p: &SenderParams,
-    spawn: &mut dyn FnMut(DataConn),
-) -> Result<Summary, TransferError> {
+fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: &SenderParams, spawn: &mut dyn FnMut(DataConn)) -> Result<Summary, TransferError> {
     let chunk_size = p.options.chunk_size;
     let mut files: Vec<FileState> = Vec::new();
     let mut walk_done = false;
@@ -179,7 +172,10 @@ fn self_loop(
     let mut summary: Option<Summary> = None;
     let progress = &p.progress;
     loop {
-        if walk_done && unfinished == 0 && let Some(s) = summary {
+        if walk_done
+            && unfinished == 0
+            && let Some(s) = summary
+        {
             // Everything is verified and reported. Our Bye lets the receiver remove its resume
             // marker; waiting for its Bye means that when we return, the destination is final.
             if writer.send(&Control::Bye).is_ok() {
@@ -393,22 +389,8 @@ fn walker(events: Sender<Event>, writer: Arc<CtrlWriter>, sources: Vec<SourceSpe
         }
         let mut entries = Vec::with_capacity(batch.len());
         for f in batch.iter() {
-            let hash = if opts.checksum() && f.kind == EntryKind::File {
-                File::open(&f.path).and_then(|file| crate::hashing::hash_file(&file, f.size, opts.chunk_size)).ok()
-            } else {
-                None
-            };
-            entries.push(Entry {
-                id: *next_id,
-                kind: f.kind,
-                path: f.rel.clone(),
-                size: f.size,
-                mode: f.mode,
-                mtime_s: f.mtime_s,
-                mtime_ns: f.mtime_ns,
-                target: f.target.clone(),
-                hash,
-            });
+            let hash = if opts.checksum() && f.kind == EntryKind::File { File::open(&f.path).and_then(|file| crate::hashing::hash_file(&file, f.size, opts.chunk_size)).ok() } else { None };
+            entries.push(Entry { id: *next_id, kind: f.kind, path: f.rel.clone(), size: f.size, mode: f.mode, mtime_s: f.mtime_s, mtime_ns: f.mtime_ns, target: f.target.clone(), hash });
             *next_id += 1;
         }
         let _ = events.send(Event::Files(std::mem::take(batch)));

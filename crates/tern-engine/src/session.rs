@@ -44,7 +44,8 @@ pub struct SshOptions {
     pub command: Vec<String>,
     /// Path of tern on the remote host; by default `tern` on PATH, then the install cache.
     pub remote_bin: Option<String>,
-    pub install_remote: bool,
+    /// Whether a far side without this build gets it (`docs/install.md`).
+    pub install: crate::bootstrap::Install,
     pub port_range: Option<(u16, u16)>,
     /// The remote side connects back to us (only outbound connections allowed there).
     pub reverse: bool,
@@ -159,7 +160,7 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
                 None
             };
             let reverse_port = reverse.as_ref().and_then(|l| l.local_addr().ok()).map(|a| a.port());
-            let mut conn = SshConn::spawn(spec, host, &secret, reverse_port)?;
+            let mut conn = SshConn::spawn(spec, host, &secret, reverse_port, progress)?;
             let mut reader = CtrlReader::new(conn.stdout.take().unwrap());
             let writer = Arc::new(CtrlWriter::new(conn.stdin.take().unwrap()));
             let data_host = ssh_host_name(host);
@@ -351,8 +352,7 @@ fn run_remote(
     // takes data on its control port; an ssh-mode server announced it early); the rest are
     // opened now.
     let target: Vec<_> = data_addr.to_socket_addrs().map(|a| a.collect()).unwrap_or_default();
-    let preconnected: Vec<Preconnected> =
-        preconnected.into_iter().filter_map(|h| h.join().ok()?.ok()).filter(|p| p.peer_addr().is_ok_and(|a| target.contains(&a))).collect();
+    let preconnected: Vec<Preconnected> = preconnected.into_iter().filter_map(|h| h.join().ok()?.ok()).filter(|p| p.peer_addr().is_ok_and(|a| target.contains(&a))).collect();
     tracing::debug!("data streams: {} preconnected, {} to open", preconnected.len().min(options.streams as usize), (options.streams as usize).saturating_sub(preconnected.len()));
     // In parallel: each stream costs a TCP and a TLS handshake, three round trips on a WAN. And
     // in the background: the manifest and the first wants need no data stream, so the session
@@ -570,7 +570,14 @@ enum Streams {
 
 /// Hands a running side its initial streams (returned, or added as they finish connecting,
 /// with `fail` if they cannot) and starts the ramp on them.
-fn attach_streams(spec: &ClientSpec, progress: &Arc<Progress>, streams: Streams, opener: Option<Opener>, add: Arc<dyn Fn(DataConn) + Send + Sync>, fail: Box<dyn FnOnce(TransferError) + Send>) -> Vec<DataConn> {
+fn attach_streams(
+    spec: &ClientSpec,
+    progress: &Arc<Progress>,
+    streams: Streams,
+    opener: Option<Opener>,
+    add: Arc<dyn Fn(DataConn) + Send + Sync>,
+    fail: Box<dyn FnOnce(TransferError) + Send>,
+) -> Vec<DataConn> {
     let ramp = opener.filter(|_| spec.adaptive).map(|o| (o, progress.clone(), spec.max_streams, add.clone()));
     let start_ramp_on = move |conns: &[DataConn]| {
         if let Some((opener, progress, max, add)) = ramp {
@@ -696,24 +703,23 @@ struct SshConn {
     host: String,
 }
 
-pub const REMOTE_CACHE: &str = concat!("~/.cache/tern/", env!("CARGO_PKG_VERSION"), "/tern");
-
 impl SshConn {
-    fn spawn(spec: &ClientSpec, host: &str, secret: &[u8; 32], reverse_port: Option<u16>) -> Result<Self, TransferError> {
-        if spec.ssh.install_remote {
-            install_remote(spec, host)?;
-        }
-        let bin = spec.ssh.remote_bin.clone().unwrap_or_else(|| format!("\"$(command -v tern || echo {REMOTE_CACHE})\""));
-        let mut remote_cmd = format!("{bin} _remote");
+    fn spawn(spec: &ClientSpec, host: &str, secret: &[u8; 32], reverse_port: Option<u16>, progress: &Arc<Progress>) -> Result<Self, TransferError> {
+        let mut remote_args = String::new();
         if let Some(p) = reverse_port {
-            remote_cmd.push_str(&format!(" --reverse-port {p}"));
+            remote_args.push_str(&format!(" --reverse-port {p}"));
         } else if let Some((lo, hi)) = spec.ssh.port_range {
-            remote_cmd.push_str(&format!(" --port-range {lo}-{hi}"));
+            remote_args.push_str(&format!(" --port-range {lo}-{hi}"));
         }
+        // `--remote-bin` names the program; otherwise a script finds (or installs) this build.
+        let remote_cmd = match &spec.ssh.remote_bin {
+            Some(bin) => format!("{bin} _remote{remote_args}"),
+            None => crate::bootstrap::remote_command(spec.ssh.install, remote_args.trim_start()),
+        };
         let mut cmd = ssh_command(spec, host);
         cmd.arg(remote_cmd).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd.spawn().map_err(|e| TransferError::fatal(Side::Network, format!("cannot run {:?}: {e} (set --ssh or TERN_SSH)", spec.ssh.command)))?;
-        let mut stdin = child.stdin.take().unwrap();
+        let stdin = child.stdin.take().unwrap();
         let stdout = child.stdout.take().unwrap();
         let stderr = child.stderr.take().unwrap();
         let tail: Arc<Mutex<Vec<String>>> = Arc::default();
@@ -728,8 +734,15 @@ impl SshConn {
                 }
             }
         });
+        let (mut stdin, stdout): (Box<dyn Write + Send>, Box<dyn Read + Send>) = if spec.ssh.remote_bin.is_some() {
+            (Box::new(stdin), Box::new(stdout))
+        } else {
+            let p = progress.clone();
+            let (w, r) = crate::bootstrap::wrap(stdin, stdout, host, Arc::new(move |m| p.notice(m)));
+            (Box::new(w), Box::new(r))
+        };
         stdin.write_all(format!("TERN-SECRET {}\n", hex(secret)).as_bytes()).map_err(crate::control::net_err)?;
-        Ok(Self { child: Some(child), stdin: Some(Box::new(stdin)), stdout: Some(Box::new(stdout)), stderr_tail: tail, host: host.to_string() })
+        Ok(Self { child: Some(child), stdin: Some(stdin), stdout: Some(stdout), stderr_tail: tail, host: host.to_string() })
     }
 
     /// Turns a bare "connection closed" into what ssh or the remote shell said.
@@ -748,23 +761,17 @@ impl SshConn {
         thread::sleep(Duration::from_millis(50));
         let tail = self.stderr_tail.lock().unwrap().clone();
         // The most telling line: an error line if there is one, else the last one.
-        let last = tail
-            .iter()
-            .rev()
-            .find(|l| l.to_lowercase().contains("error") || l.starts_with("tern"))
-            .or_else(|| tail.iter().rev().find(|l| !l.trim().is_empty()))
-            .cloned()
-            .unwrap_or_default();
-        match status.and_then(|s| s.code()) {
-            Some(127) => TransferError::fatal(
-                Side::Network,
-                format!("{}: tern is not installed on the remote host; re-run with --install-remote (copies this binary to {REMOTE_CACHE} over ssh) or pass --remote-bin PATH", self.host),
-            ),
+        let last = tail.iter().rev().find(|l| l.to_lowercase().contains("error") || l.starts_with("tern")).or_else(|| tail.iter().rev().find(|l| !l.trim().is_empty())).cloned().unwrap_or_default();
+        let code = status.and_then(|s| s.code());
+        if let Some(e) = code.and_then(|c| crate::bootstrap::explain_exit(c, &self.host)) {
+            return e;
+        }
+        match code {
+            Some(127) => TransferError::fatal(Side::Network, format!("{}: the --remote-bin program was not found there; check the path", self.host)),
             Some(255) => TransferError::network(format!("ssh to {} failed: {last}", self.host)),
-            Some(2) => TransferError::fatal(
-                Side::Network,
-                format!("the tern on {} did not understand us (an older version? upgrade it or use --install-remote): {last}", self.host),
-            ),
+            Some(2) => {
+                TransferError::fatal(Side::Network, format!("the tern on {} did not understand us (an older version? upgrade it, or drop --remote-bin to let tern install its own): {last}", self.host))
+            }
             Some(_) | None if !last.is_empty() => TransferError::new(e.side, e.scope, e.path.clone(), format!("{} (remote said: {last})", e.message)),
             _ => e,
         }
@@ -804,24 +811,6 @@ pub fn ssh_command(spec: &ClientSpec, host: &str) -> Command {
     }
     cmd.args(["--", host]);
     cmd
-}
-
-/// Copies this very binary into the remote user's cache over the same ssh.
-fn install_remote(spec: &ClientSpec, host: &str) -> Result<(), TransferError> {
-    let exe = std::env::current_exe().map_err(|e| TransferError::fatal(Side::Source, format!("cannot find this tern binary: {e}")))?;
-    let bytes = std::fs::read(&exe).map_err(|e| TransferError::fatal(Side::Source, format!("cannot read {}: {e}", exe.display())))?;
-    let script = format!("set -e; d=$(dirname {REMOTE_CACHE}); mkdir -p \"$d\"; cat > \"$d/tern.tmp.$$\"; chmod 755 \"$d/tern.tmp.$$\"; mv \"$d/tern.tmp.$$\" {REMOTE_CACHE}");
-    let mut cmd = ssh_command(spec, host);
-    cmd.arg(script).stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().map_err(|e| TransferError::fatal(Side::Network, format!("cannot run ssh: {e}")))?;
-    let mut stdin = child.stdin.take().unwrap();
-    let w = stdin.write_all(&bytes);
-    drop(stdin);
-    let out = child.wait_with_output().map_err(|e| TransferError::network(format!("ssh: {e}")))?;
-    if w.is_err() || !out.status.success() {
-        return Err(TransferError::fatal(Side::Network, format!("installing tern on {host} failed: {}", String::from_utf8_lossy(&out.stderr).trim())));
-    }
-    Ok(())
 }
 
 pub fn hex(b: &[u8]) -> String {

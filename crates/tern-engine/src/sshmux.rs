@@ -22,11 +22,7 @@ pub fn options(argv: &[String], host: &str) -> Vec<String> {
         return Vec::new();
     }
     let Some(dir) = socket_dir() else { return Vec::new() };
-    vec![
-        "-oControlMaster=auto".into(),
-        format!("-oControlPath={}/%C", dir.display()),
-        format!("-oControlPersist={PERSIST_SECS}"),
-    ]
+    vec!["-oControlMaster=auto".into(), format!("-oControlPath={}/%C", dir.display()), format!("-oControlPersist={PERSIST_SECS}")]
 }
 
 /// What `ssh -G` said, per ssh command and host, for this process's lifetime.

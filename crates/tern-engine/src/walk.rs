@@ -76,8 +76,7 @@ fn join(rel: &[u8], name: &[u8]) -> Vec<u8> {
 /// Checks the top-level sources before anything is sent, so a typo fails fast and clearly.
 pub fn check_sources(sources: &[SourceSpec], recursive: bool) -> Result<(), TransferError> {
     for s in sources {
-        let md = fs::symlink_metadata(&s.path)
-            .map_err(|e| TransferError::io(Side::Source, s.path.display().to_string(), "cannot read", &e).into_fatal())?;
+        let md = fs::symlink_metadata(&s.path).map_err(|e| TransferError::io(Side::Source, s.path.display().to_string(), "cannot read", &e).into_fatal())?;
         if md.is_dir() && !recursive {
             return Err(TransferError::fatal(Side::Source, format!("{} is a directory (use -r to copy directories)", s.path.display())));
         }
@@ -88,13 +87,7 @@ pub fn check_sources(sources: &[SourceSpec], recursive: bool) -> Result<(), Tran
 /// Walks every source, calling `emit` for each entry and `warn` for entries that cannot be read
 /// (those are reported and skipped; the walk goes on). Entries the filter excludes are neither
 /// emitted nor, if directories, entered. Stops early if `emit` returns false.
-pub fn walk(
-    sources: &[SourceSpec],
-    recursive: bool,
-    filter: &Filter,
-    emit: &mut dyn FnMut(SrcFile) -> bool,
-    warn: &mut dyn FnMut(TransferError),
-) -> Result<(), TransferError> {
+pub fn walk(sources: &[SourceSpec], recursive: bool, filter: &Filter, emit: &mut dyn FnMut(SrcFile) -> bool, warn: &mut dyn FnMut(TransferError)) -> Result<(), TransferError> {
     check_sources(sources, recursive)?;
     for s in sources {
         let md = fs::symlink_metadata(&s.path).map_err(|e| TransferError::io(Side::Source, s.path.display().to_string(), "cannot read", &e))?;
@@ -125,14 +118,7 @@ pub fn walk(
 /// come before children (each emitted once, however often listed), a listed directory brings
 /// its subtree when `recursive`, the filter still applies, and a listed path that is missing or
 /// unreadable is reported and skipped.
-pub fn walk_list(
-    source: &SourceSpec,
-    list: &[Vec<u8>],
-    recursive: bool,
-    filter: &Filter,
-    emit: &mut dyn FnMut(SrcFile) -> bool,
-    warn: &mut dyn FnMut(TransferError),
-) -> Result<(), TransferError> {
+pub fn walk_list(source: &SourceSpec, list: &[Vec<u8>], recursive: bool, filter: &Filter, emit: &mut dyn FnMut(SrcFile) -> bool, warn: &mut dyn FnMut(TransferError)) -> Result<(), TransferError> {
     let root = &source.path;
     let md = fs::metadata(root).map_err(|e| TransferError::io(Side::Source, root.display().to_string(), "cannot read", &e).into_fatal())?;
     if !md.is_dir() {

@@ -163,11 +163,7 @@ impl Assembly {
     /// Final check before the file may be renamed into place.
     pub fn verify(&self) -> Result<(), AssemblyError> {
         assert!(self.is_ready(), "verify called before every chunk arrived");
-        if Some(file_hash(self.size, &self.hashes)) == self.expected {
-            Ok(())
-        } else {
-            Err(AssemblyError::FileMismatch)
-        }
+        if Some(file_hash(self.size, &self.hashes)) == self.expected { Ok(()) } else { Err(AssemblyError::FileMismatch) }
     }
 }
 

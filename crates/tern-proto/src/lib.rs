@@ -7,8 +7,8 @@
 
 pub mod auth;
 pub mod chunk;
-pub mod filter;
 pub mod data;
+pub mod filter;
 pub mod frame;
 pub mod msg;
 pub mod path;

@@ -1,10 +1,10 @@
 //! Control messages: one enum, one encoder, one decoder with bounds on every field.
 
+use crate::filter::{FilterRule, MAX_FILTER_RULES, MAX_PATTERN, RuleKind};
 use crate::frame::encode_frame;
 use crate::path::validate_relative;
 use crate::wire::{Reader, Writer};
 use crate::{ProtoError, limits};
-use crate::filter::{FilterRule, MAX_FILTER_RULES, MAX_PATTERN, RuleKind};
 
 /// Which end of the transfer an error belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,11 +86,7 @@ macro_rules! flag {
             self.flags & (1 << $bit) != 0
         }
         pub fn $set(&mut self, on: bool) {
-            if on {
-                self.flags |= 1 << $bit
-            } else {
-                self.flags &= !(1 << $bit)
-            }
+            if on { self.flags |= 1 << $bit } else { self.flags &= !(1 << $bit) }
         }
     };
 }
@@ -172,35 +168,85 @@ pub struct Summary {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Control {
-    Hello { min_version: u16, max_version: u16, features: u64 },
-    Auth { nonce: [u8; 32], proof: [u8; 32] },
-    Open { server_role: Role, options: Options, sources: Vec<Vec<u8>>, destination: Vec<u8> },
-    Ready { session_id: [u8; 16], data_addr: Vec<u8>, nonce: [u8; 32] },
+    Hello {
+        min_version: u16,
+        max_version: u16,
+        features: u64,
+    },
+    Auth {
+        nonce: [u8; 32],
+        proof: [u8; 32],
+    },
+    Open {
+        server_role: Role,
+        options: Options,
+        sources: Vec<Vec<u8>>,
+        destination: Vec<u8>,
+    },
+    Ready {
+        session_id: [u8; 16],
+        data_addr: Vec<u8>,
+        nonce: [u8; 32],
+    },
     Entries(Vec<Entry>),
-    ManifestEnd { files: u64, bytes: u64 },
+    ManifestEnd {
+        files: u64,
+        bytes: u64,
+    },
     Want(Vec<WantFile>),
     Skip(Vec<(u64, SkipReason)>),
-    FileEnd { id: u64, file_hash: [u8; 32], size: u64, mtime_s: i64, mtime_ns: u32 },
+    FileEnd {
+        id: u64,
+        file_hash: [u8; 32],
+        size: u64,
+        mtime_s: i64,
+        mtime_ns: u32,
+    },
     FileDone(Vec<u64>),
-    FileError { id: u64, side: Side, message: String },
-    ChunkBad { id: u64, chunk: u64 },
+    FileError {
+        id: u64,
+        side: Side,
+        message: String,
+    },
+    ChunkBad {
+        id: u64,
+        chunk: u64,
+    },
     Summary(Summary),
-    Fatal { side: Side, message: String },
-    Plan { action: PlanAction, path: Vec<u8> },
+    Fatal {
+        side: Side,
+        message: String,
+    },
+    Plan {
+        action: PlanAction,
+        path: Vec<u8>,
+    },
     Bye,
     StreamCount(u16),
     /// Instead of `Open`: run the hook the daemon's operator registered under `name`, for the
     /// unit at `path` (a path in the daemon's namespace). Never a command: see `docs/watch.md`.
-    Hook { name: String, path: Vec<u8> },
+    Hook {
+        name: String,
+        path: Vec<u8>,
+    },
     /// The hook's exit status (-1: killed by a signal) and the tail of its output.
-    HookDone { status: i32, output: String },
+    HookDone {
+        status: i32,
+        output: String,
+    },
     /// After a third-party `Open` (server role sender): open the data streams to `addr` (the
     /// receiving daemon's data address) for its session `session_id`, proving them with `ticket`
     /// (derived from the receiver's session key, see `auth::stream_ticket`).
-    Dial { addr: Vec<u8>, session_id: [u8; 16], ticket: [u8; 32] },
+    Dial {
+        addr: Vec<u8>,
+        session_id: [u8; 16],
+        ticket: [u8; 32],
+    },
     /// ssh mode, right after the server's `Hello` (client set `FEATURE_EARLY_DATA_ADDR`): the
     /// address `Ready` will carry, sent early so the data streams connect during `Auth`/`Open`.
-    Listening { data_addr: Vec<u8> },
+    Listening {
+        data_addr: Vec<u8>,
+    },
     /// Before `Open`: the include/exclude rules of this transfer, in order.
     Filters(Vec<FilterRule>),
     /// Before `Open`, repeated: paths under the source directory to copy instead of walking it.
@@ -370,11 +416,7 @@ impl Control {
                 if &r.array::<4>("magic")? != MAGIC {
                     return Err(ProtoError::BadMagic);
                 }
-                Control::Hello {
-                    min_version: r.u16("min_version")?,
-                    max_version: r.u16("max_version")?,
-                    features: r.u64("features")?,
-                }
+                Control::Hello { min_version: r.u16("min_version")?, max_version: r.u16("max_version")?, features: r.u64("features")? }
             }
             2 => Control::Auth { nonce: r.array("nonce")?, proof: r.array("proof")? },
             3 => {
@@ -383,12 +425,7 @@ impl Control {
                     1 => Role::Receiver,
                     _ => return Err(ProtoError::Invalid { what: "role", why: "unknown value" }),
                 };
-                let options = Options {
-                    flags: r.u32("flags")?,
-                    chunk_size: r.u32("chunk_size")?,
-                    streams: r.u16("streams")?,
-                    concurrency: r.u32("concurrency")?,
-                };
+                let options = Options { flags: r.u32("flags")?, chunk_size: r.u32("chunk_size")?, streams: r.u16("streams")?, concurrency: r.u32("concurrency")? };
                 if options.chunk_size < limits::MIN_CHUNK_SIZE || options.chunk_size > limits::MAX_CHUNK_SIZE {
                     return Err(ProtoError::Invalid { what: "chunk size", why: "out of range" });
                 }
@@ -403,11 +440,7 @@ impl Control {
                 let destination = r.bytes("destination path", limits::MAX_PATH)?.to_vec();
                 Control::Open { server_role, options, sources, destination }
             }
-            4 => Control::Ready {
-                session_id: r.array("session_id")?,
-                data_addr: r.bytes("data address", MAX_ADDR)?.to_vec(),
-                nonce: r.array("nonce")?,
-            },
+            4 => Control::Ready { session_id: r.array("session_id")?, data_addr: r.bytes("data address", MAX_ADDR)?.to_vec(), nonce: r.array("nonce")? },
             5 => {
                 let n = r.count("entries")?;
                 let mut entries = Vec::with_capacity(n);
@@ -470,13 +503,7 @@ impl Control {
                 }
                 Control::Skip(items)
             }
-            9 => Control::FileEnd {
-                id: r.u64("id")?,
-                file_hash: r.array("file hash")?,
-                size: r.u64("size")?,
-                mtime_s: r.i64("mtime")?,
-                mtime_ns: r.u32("mtime_ns")?,
-            },
+            9 => Control::FileEnd { id: r.u64("id")?, file_hash: r.array("file hash")?, size: r.u64("size")?, mtime_s: r.i64("mtime")?, mtime_ns: r.u32("mtime_ns")? },
             10 => {
                 let n = r.count("done ids")?;
                 let mut ids = Vec::with_capacity(n);
@@ -485,11 +512,7 @@ impl Control {
                 }
                 Control::FileDone(ids)
             }
-            11 => Control::FileError {
-                id: r.u64("id")?,
-                side: Side::from_u8(r.u8("side")?)?,
-                message: r.message()?,
-            },
+            11 => Control::FileError { id: r.u64("id")?, side: Side::from_u8(r.u8("side")?)?, message: r.message()? },
             12 => Control::ChunkBad { id: r.u64("id")?, chunk: r.u64("chunk")? },
             13 => Control::Summary(Summary {
                 files_done: r.u64("files_done")?,
@@ -563,12 +586,7 @@ pub fn negotiate_version(ours: (u16, u16), theirs: (u16, u16)) -> Result<u16, Pr
     let high = ours.1.min(theirs.1);
     let low = ours.0.max(theirs.0);
     if high < low {
-        return Err(ProtoError::VersionMismatch {
-            ours_min: ours.0,
-            ours_max: ours.1,
-            theirs_min: theirs.0,
-            theirs_max: theirs.1,
-        });
+        return Err(ProtoError::VersionMismatch { ours_min: ours.0, ours_max: ours.1, theirs_min: theirs.0, theirs_max: theirs.1 });
     }
     Ok(high)
 }
@@ -593,24 +611,9 @@ mod tests {
         opts.set_delete(true);
         roundtrip(Control::Hello { min_version: 1, max_version: 3, features: 5 });
         roundtrip(Control::Auth { nonce: [1; 32], proof: [2; 32] });
-        roundtrip(Control::Open {
-            server_role: Role::Receiver,
-            options: opts,
-            sources: vec![b"a".to_vec(), b"\xffb".to_vec()],
-            destination: b"/dst".to_vec(),
-        });
+        roundtrip(Control::Open { server_role: Role::Receiver, options: opts, sources: vec![b"a".to_vec(), b"\xffb".to_vec()], destination: b"/dst".to_vec() });
         roundtrip(Control::Ready { session_id: [3; 16], data_addr: b"[::1]:99".to_vec(), nonce: [4; 32] });
-        roundtrip(Control::Entries(vec![Entry {
-            id: 9,
-            kind: EntryKind::Symlink,
-            path: b"d/l".to_vec(),
-            size: 0,
-            mode: 0o777,
-            mtime_s: -5,
-            mtime_ns: 7,
-            target: b"x".to_vec(),
-            hash: Some([8; 32]),
-        }]));
+        roundtrip(Control::Entries(vec![Entry { id: 9, kind: EntryKind::Symlink, path: b"d/l".to_vec(), size: 0, mode: 0o777, mtime_s: -5, mtime_ns: 7, target: b"x".to_vec(), hash: Some([8; 32]) }]));
         roundtrip(Control::ManifestEnd { files: 1, bytes: 2 });
         roundtrip(Control::Want(vec![WantFile { id: 1, ranges: vec![(0, 3), (7, 1)] }]));
         roundtrip(Control::Skip(vec![(1, SkipReason::Identical), (2, SkipReason::DryRun)]));
@@ -670,17 +673,7 @@ mod tests {
 
     #[test]
     fn refuses_escaping_entry_path() {
-        let m = Control::Entries(vec![Entry {
-            id: 0,
-            kind: EntryKind::File,
-            path: b"../../etc/passwd".to_vec(),
-            size: 0,
-            mode: 0,
-            mtime_s: 0,
-            mtime_ns: 0,
-            target: vec![],
-            hash: None,
-        }]);
+        let m = Control::Entries(vec![Entry { id: 0, kind: EntryKind::File, path: b"../../etc/passwd".to_vec(), size: 0, mode: 0, mtime_s: 0, mtime_ns: 0, target: vec![], hash: None }]);
         let bytes = m.encode();
         assert!(matches!(Control::decode(bytes[4], &bytes[5..]), Err(ProtoError::Invalid { .. })));
     }

@@ -270,7 +270,8 @@ async fn submit(State(st): State<S>, auth: Auth, body: Result<Json<JobSpec>, Jso
         auth.require(Scope::Admin).map_err(|_| ApiError::new(StatusCode::FORBIDDEN, "options.ssh names a command the service runs; it needs an admin token"))?;
     }
     if spec.runs_command() {
-        auth.require(Scope::Admin).map_err(|_| ApiError::new(StatusCode::FORBIDDEN, "options.watch.on_arrival is a command the service runs (only tern:// hooks are names); it needs an admin token"))?;
+        auth.require(Scope::Admin)
+            .map_err(|_| ApiError::new(StatusCode::FORBIDDEN, "options.watch.on_arrival is a command the service runs (only tern:// hooks are names); it needs an admin token"))?;
     }
     if let Some(prefix) = &auth.0.path_prefix
         && let Some(p) = spec.paths().into_iter().find(|p| !tokens::path_allowed(prefix, p))
@@ -501,12 +502,8 @@ mod tests {
     #[test]
     fn openapi_lists_exactly_the_served_routes() {
         let doc: Value = serde_json::from_str(OPENAPI).expect("docs/openapi.json is JSON");
-        let mut documented: Vec<(String, String)> = doc["paths"]
-            .as_object()
-            .expect("paths")
-            .iter()
-            .flat_map(|(p, ops)| ops.as_object().expect("operations").keys().map(move |m| (m.to_uppercase(), p.clone())))
-            .collect();
+        let mut documented: Vec<(String, String)> =
+            doc["paths"].as_object().expect("paths").iter().flat_map(|(p, ops)| ops.as_object().expect("operations").keys().map(move |m| (m.to_uppercase(), p.clone()))).collect();
         let mut served: Vec<(String, String)> = routes().into_iter().map(|(m, p)| (m.to_string(), p.to_string())).collect();
         documented.sort();
         served.sort();

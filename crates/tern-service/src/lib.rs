@@ -134,9 +134,7 @@ fn first_admin_token(store: &dyn JobStore, dir: &std::path::Path) -> Result<Opti
     let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
     f.write_all(format!("{token}\n").as_bytes()).and_then(|_| f.sync_all()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     let hash = tokens::hash(&token);
-    store
-        .insert_token(&NewToken { id: &id, name: "first admin", scope: Scope::Admin, hash: &hash, path_prefix: None, created_by: None, expires_at: None }, now())
-        .map_err(|e| e.to_string())?;
+    store.insert_token(&NewToken { id: &id, name: "first admin", scope: Scope::Admin, hash: &hash, path_prefix: None, created_by: None, expires_at: None }, now()).map_err(|e| e.to_string())?;
     Ok(Some(path))
 }
 

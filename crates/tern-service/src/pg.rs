@@ -47,7 +47,14 @@ fn pg_err(what: &str, e: postgres::Error) -> StoreError {
     };
     match e.code() {
         Some(c) if *c == SqlState::DISK_FULL || *c == SqlState::PROGRAM_LIMIT_EXCEEDED => StoreError::Full(format!("PostgreSQL {what}: {msg}")),
-        Some(c) if *c == SqlState::LOCK_NOT_AVAILABLE || *c == SqlState::QUERY_CANCELED || *c == SqlState::T_R_DEADLOCK_DETECTED || *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::CANNOT_CONNECT_NOW || *c == SqlState::TOO_MANY_CONNECTIONS => {
+        Some(c)
+            if *c == SqlState::LOCK_NOT_AVAILABLE
+                || *c == SqlState::QUERY_CANCELED
+                || *c == SqlState::T_R_DEADLOCK_DETECTED
+                || *c == SqlState::T_R_SERIALIZATION_FAILURE
+                || *c == SqlState::CANNOT_CONNECT_NOW
+                || *c == SqlState::TOO_MANY_CONNECTIONS =>
+        {
             StoreError::Busy(format!("PostgreSQL {what}: {msg}"))
         }
         _ if e.is_closed() || e.code().is_none() => StoreError::Db(format!("PostgreSQL {what}: {msg} (is the server running and reachable?)")),
@@ -160,17 +167,7 @@ fn token_row(r: &Row) -> StoreResult<TokenInfo> {
     let id: String = r.get(0);
     let scope: String = r.get(2);
     let Some(scope) = Scope::parse(&scope) else { return Err(corrupt(format!("token {id}: scope '{scope}'"))) };
-    Ok(TokenInfo {
-        id,
-        name: r.get(1),
-        scope,
-        path_prefix: r.get(3),
-        created_by: r.get(4),
-        created_at: r.get(5),
-        expires_at: r.get(6),
-        revoked_at: r.get(7),
-        last_used_at: r.get(8),
-    })
+    Ok(TokenInfo { id, name: r.get(1), scope, path_prefix: r.get(3), created_by: r.get(4), created_at: r.get(5), expires_at: r.get(6), revoked_at: r.get(7), last_used_at: r.get(8) })
 }
 
 fn states_sql(states: &[JobState]) -> String {
@@ -356,9 +353,8 @@ impl JobStore for PgStore {
     }
 
     fn live_tokens(&self, scope: Scope, now: i64) -> StoreResult<u64> {
-        let n: i64 = self.with(|c| {
-            c.query_one("SELECT COUNT(*) FROM tokens WHERE scope = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $2)", &[&scope.as_str(), &now], ).map(|r| r.get(0))
-        })?;
+        let n: i64 =
+            self.with(|c| c.query_one("SELECT COUNT(*) FROM tokens WHERE scope = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $2)", &[&scope.as_str(), &now]).map(|r| r.get(0)))?;
         Ok(n as u64)
     }
 }

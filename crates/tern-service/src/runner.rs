@@ -51,11 +51,7 @@ pub fn deadline_reason(deadline: i64, progress: Option<&Value>) -> String {
     let t = crate::model::rfc3339(deadline);
     let f = |k: &str| progress.and_then(|p| p.get(k)).and_then(Value::as_u64).unwrap_or(0);
     match progress {
-        Some(_) => format!(
-            "deadline passed ({t}) with {} of {} files done; resubmit or retry with a later --deadline",
-            f("files_done") + f("files_skipped"),
-            f("files_total")
-        ),
+        Some(_) => format!("deadline passed ({t}) with {} of {} files done; resubmit or retry with a later --deadline", f("files_done") + f("files_skipped"), f("files_total")),
         None => format!("deadline passed ({t}) with 0 files done (it had not started); resubmit or retry with a later --deadline"),
     }
 }
@@ -361,7 +357,8 @@ fn describe_failure(a: &Attempt) -> String {
             .iter()
             .take(3)
             .map(|e| {
-                let (side, path, msg) = (e.get("side").and_then(Value::as_str).unwrap_or("?"), e.get("path").and_then(Value::as_str).unwrap_or(""), e.get("message").and_then(Value::as_str).unwrap_or(""));
+                let (side, path, msg) =
+                    (e.get("side").and_then(Value::as_str).unwrap_or("?"), e.get("path").and_then(Value::as_str).unwrap_or(""), e.get("message").and_then(Value::as_str).unwrap_or(""));
                 if path.is_empty() { format!("{side}: {msg}") } else { format!("{side}: {path}: {msg}") }
             })
             .collect();

@@ -123,17 +123,7 @@ fn token_row(r: &Row<'_>) -> rusqlite::Result<Result<TokenInfo, StoreError>> {
     let id: String = r.get(0)?;
     let scope: String = r.get(2)?;
     let Some(scope) = Scope::parse(&scope) else { return Ok(Err(StoreError::Corrupt(format!("token {id}: scope '{scope}'")))) };
-    Ok(Ok(TokenInfo {
-        id,
-        name: r.get(1)?,
-        scope,
-        path_prefix: r.get(3)?,
-        created_by: r.get(4)?,
-        created_at: r.get(5)?,
-        expires_at: r.get(6)?,
-        revoked_at: r.get(7)?,
-        last_used_at: r.get(8)?,
-    }))
+    Ok(Ok(TokenInfo { id, name: r.get(1)?, scope, path_prefix: r.get(3)?, created_by: r.get(4)?, created_at: r.get(5)?, expires_at: r.get(6)?, revoked_at: r.get(7)?, last_used_at: r.get(8)? }))
 }
 
 fn states_sql(states: &[JobState]) -> String {
@@ -160,9 +150,7 @@ impl JobStore for SqliteStore {
 
     fn list_jobs(&self, state: Option<JobState>, owner: Option<&str>, limit: u32) -> StoreResult<Vec<Job>> {
         let c = self.lock();
-        let mut st = c
-            .prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR owner = ?2) ORDER BY id DESC LIMIT ?3"))
-            .map_err(db)?;
+        let mut st = c.prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR owner = ?2) ORDER BY id DESC LIMIT ?3")).map_err(db)?;
         let rows = st.query_map(params![state.map(JobState::as_str), owner, limit], job_row).map_err(db)?;
         rows.map(|r| r.map_err(db).and_then(|x| x)).collect()
     }
@@ -247,9 +235,7 @@ impl JobStore for SqliteStore {
 
     fn waiting_with_deadline(&self) -> StoreResult<Vec<Job>> {
         let c = self.lock();
-        let mut st = c
-            .prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE state IN ('queued','retrying') AND json_extract(spec, '$.options.deadline') IS NOT NULL"))
-            .map_err(db)?;
+        let mut st = c.prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE state IN ('queued','retrying') AND json_extract(spec, '$.options.deadline') IS NOT NULL")).map_err(db)?;
         let rows = st.query_map([], job_row).map_err(db)?;
         rows.map(|r| r.map_err(db).and_then(|x| x)).collect()
     }
@@ -270,9 +256,7 @@ impl JobStore for SqliteStore {
     fn recover_interrupted(&self, now: i64) -> StoreResult<u64> {
         let c = self.lock();
         // The interrupted attempt does not count: the service died, not the transfer.
-        let n = c
-            .execute("UPDATE jobs SET state = 'queued', attempts = MAX(attempts - 1, 0), updated_at = ?1 WHERE state = 'running'", [now])
-            .map_err(db)?;
+        let n = c.execute("UPDATE jobs SET state = 'queued', attempts = MAX(attempts - 1, 0), updated_at = ?1 WHERE state = 'running'", [now]).map_err(db)?;
         Ok(n as u64)
     }
 

@@ -45,12 +45,7 @@ pub fn load_or_create(state_dir: &Path) -> Result<Arc<ServerConfig>, String> {
         let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
         names.extend(hostname());
         let ck = rcgen::generate_simple_self_signed(names).map_err(|e| format!("cannot make a TLS certificate: {e}"))?;
-        let mut key = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&key_path)
-            .map_err(|e| format!("cannot create {}: {e}", key_path.display()))?;
+        let mut key = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&key_path).map_err(|e| format!("cannot create {}: {e}", key_path.display()))?;
         key.write_all(ck.signing_key.serialize_pem().as_bytes()).map_err(|e| format!("cannot write {}: {e}", key_path.display()))?;
         std::fs::write(&cert_path, ck.cert.pem()).map_err(|e| format!("cannot write {}: {e}", cert_path.display()))?;
         tracing::warn!("made a self-signed certificate {}; clients trust it with --ca-file {}", cert_path.display(), cert_path.display());

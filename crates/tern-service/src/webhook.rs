@@ -8,11 +8,7 @@ use crate::model::Job;
 const TIMEOUT: Duration = Duration::from_secs(10);
 
 fn agent() -> ureq::Agent {
-    let tls = ureq::tls::TlsConfig::builder()
-        .provider(ureq::tls::TlsProvider::Rustls)
-        .unversioned_rustls_crypto_provider(crate::tls::provider())
-        .root_certs(ureq::tls::RootCerts::WebPki)
-        .build();
+    let tls = ureq::tls::TlsConfig::builder().provider(ureq::tls::TlsProvider::Rustls).unversioned_rustls_crypto_provider(crate::tls::provider()).root_certs(ureq::tls::RootCerts::WebPki).build();
     ureq::Agent::config_builder().tls_config(tls).timeout_global(Some(TIMEOUT)).http_status_as_error(false).build().new_agent()
 }
 

@@ -61,11 +61,7 @@ pub fn start(dir: &Path, force_poll: bool, tx: Sender<Event>) -> Result<(Backend
             }
         }
     };
-    let why = if force_poll {
-        Some("--poll".to_string())
-    } else {
-        remote_fs(dir).map(|fs| format!("{} is on {fs}, where inotify cannot see writes from other nodes", dir.display()))
-    };
+    let why = if force_poll { Some("--poll".to_string()) } else { remote_fs(dir).map(|fs| format!("{} is on {fs}, where inotify cannot see writes from other nodes", dir.display())) };
     if why.is_none() {
         match notify::recommended_watcher(handler.clone()).and_then(|mut w| w.watch(dir, RecursiveMode::NonRecursive).map(|_| w)) {
             Ok(w) => return Ok((Backend::Inotify(w), None)),

@@ -9,9 +9,16 @@ use tern_engine::session::ClientSpec;
 #[derive(Clone, Debug)]
 pub enum Hook {
     Local(String),
-    Ssh { spec: ClientSpec, host: String, command: String },
+    Ssh {
+        spec: ClientSpec,
+        host: String,
+        command: String,
+    },
     /// A hook registered on the daemon with `tern serve --hook NAME=CMD`.
-    Daemon { spec: ClientSpec, name: String },
+    Daemon {
+        spec: ClientSpec,
+        name: String,
+    },
 }
 
 impl Hook {
@@ -37,12 +44,7 @@ pub struct HookEnv {
 
 impl HookEnv {
     fn vars(&self) -> [(&'static str, String); 4] {
-        [
-            ("TERN_UNIT_PATH", self.unit_path.clone()),
-            ("TERN_UNIT_NAME", self.name.clone()),
-            ("TERN_UNIT_SEQ", self.seq.to_string()),
-            ("TERN_HOOK_ATTEMPT", self.attempt.to_string()),
-        ]
+        [("TERN_UNIT_PATH", self.unit_path.clone()), ("TERN_UNIT_NAME", self.name.clone()), ("TERN_UNIT_SEQ", self.seq.to_string()), ("TERN_HOOK_ATTEMPT", self.attempt.to_string())]
     }
 }
 
@@ -84,10 +86,9 @@ pub fn run(hook: &Hook, env: &HookEnv) -> Result<(), HookError> {
                 _ => Err(HookError { message: format!("hook on {host} exited with {status}"), network: false }),
             }
         }
-        Hook::Daemon { spec, name } => tern_engine::hook::run_on_daemon(spec, name, &env.unit_path).map_err(|e| HookError {
-            network: e.scope == tern_engine::error::Scope::Network,
-            message: e.to_string(),
-        }),
+        Hook::Daemon { spec, name } => {
+            tern_engine::hook::run_on_daemon(spec, name, &env.unit_path).map_err(|e| HookError { network: e.scope == tern_engine::error::Scope::Network, message: e.to_string() })
+        }
     }
 }
 

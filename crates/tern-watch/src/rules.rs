@@ -169,12 +169,8 @@ impl Detector {
             }
             ReadyRule::Marker { prefix, suffix, glob } => {
                 // Markers in the order they appeared, then by name.
-                let mut markers: Vec<(i128, String)> = units::top_level(&self.src)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter(|n| glob.matches(n))
-                    .filter_map(|n| units::measure(&self.src.join(&n)).ok().map(|m| (m.newest, n)))
-                    .collect();
+                let mut markers: Vec<(i128, String)> =
+                    units::top_level(&self.src).unwrap_or_default().into_iter().filter(|n| glob.matches(n)).filter_map(|n| units::measure(&self.src.join(&n)).ok().map(|m| (m.newest, n))).collect();
                 markers.sort();
                 for (_, marker) in markers {
                     let name = marker.strip_prefix(prefix.as_str()).and_then(|r| r.strip_suffix(suffix.as_str())).unwrap_or("").to_string();
@@ -260,11 +256,7 @@ impl Detector {
             let Some(c) = regex.captures(line) else { continue };
             let raw = c.get(1).or_else(|| c.get(0)).map(|m| m.as_str()).unwrap_or("").trim_end_matches('/');
             let p = Path::new(raw);
-            let rel = if p.is_absolute() {
-                p.strip_prefix(&self.src).or_else(|_| p.strip_prefix(&self.canon_src)).ok().and_then(|r| r.to_str()).unwrap_or("")
-            } else {
-                raw
-            };
+            let rel = if p.is_absolute() { p.strip_prefix(&self.src).or_else(|_| p.strip_prefix(&self.canon_src)).ok().and_then(|r| r.to_str()).unwrap_or("") } else { raw };
             if !units::valid_name(rel) || rel.starts_with('.') {
                 self.warn_once(raw, &format!("log line names '{raw}', which is not a top-level entry of {}; skipped (watch the directory that holds the units)", self.src.display()));
                 continue;

@@ -480,11 +480,7 @@ impl Loop<'_> {
         if full {
             return Vec::new();
         }
-        units::top_level(&self.cfg.src)
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|n| !self.state.known(n) && !det.is_until(n) && !excluded.contains(n))
-            .collect()
+        units::top_level(&self.cfg.src).unwrap_or_default().into_iter().filter(|n| !self.state.known(n) && !det.is_until(n) && !excluded.contains(n)).collect()
     }
 
     fn publish(&mut self, shared: &Shared) {
@@ -502,4 +498,3 @@ impl Loop<'_> {
         *shared.snapshot.lock().unwrap() = (totals, fields);
     }
 }
-

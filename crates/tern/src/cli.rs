@@ -139,9 +139,14 @@ pub(crate) struct Common {
     /// tern's path on the remote host.
     #[arg(long, env = "TERN_REMOTE_BIN")]
     remote_bin: Option<String>,
-    /// Copy this binary to the remote host's ~/.cache/tern over ssh first.
-    #[arg(long)]
+    /// Send this binary to the remote host's ~/.cache/tern even if that build is there
+    /// (tern installs itself there by default when it is missing).
+    #[arg(long, conflicts_with = "no_install")]
     install_remote: bool,
+    /// Never install tern on the remote host: fail if neither ~/.cache/tern nor PATH has
+    /// this version.
+    #[arg(long, env = "TERN_NO_INSTALL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::SetTrue)]
+    no_install: bool,
     /// Ports the remote side may listen on for data streams, e.g. 50000-50100.
     #[arg(long, value_parser = parse_range)]
     port_range: Option<(u16, u16)>,
@@ -262,7 +267,6 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-
 fn transfer(srcs: &[String], dst: &str, recursive: bool, sync: bool, checksum: bool, delete: bool, c: &Common) -> Result<ExitCode> {
     let spec = client_spec(srcs, dst, recursive, sync, checksum, delete, c)?;
     let progress = Arc::new(Progress::default());
@@ -290,6 +294,11 @@ fn transfer(srcs: &[String], dst: &str, recursive: bool, sync: bool, checksum: b
     }
     if let Some(t) = ticker {
         t.finish();
+    }
+    if !c.quiet {
+        for n in progress.notices.lock().unwrap().iter() {
+            eprintln!("tern: {n}");
+        }
     }
     Ok(output::report(&progress, result, seconds, c.json, c.dry_run))
 }
@@ -379,7 +388,11 @@ pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: boo
         ssh: SshOptions {
             command: c.ssh.as_deref().map(|s| s.split_whitespace().map(str::to_string).collect()).unwrap_or_default(),
             remote_bin: c.remote_bin.clone(),
-            install_remote: c.install_remote,
+            install: match (c.install_remote, c.no_install) {
+                (true, _) => tern_engine::bootstrap::Install::Always,
+                (_, true) => tern_engine::bootstrap::Install::Never,
+                _ => tern_engine::bootstrap::Install::IfMissing,
+            },
             port_range: c.port_range,
             reverse: c.reverse,
             reuse: !c.no_ssh_reuse,
@@ -421,7 +434,12 @@ fn read_file_list(file: &std::path::Path) -> Result<Vec<Vec<u8>>> {
         }
         bytes += p.len();
         if out.len() >= tern_proto::msg::MAX_FILE_LIST || bytes > tern_proto::msg::MAX_FILE_LIST_BYTES {
-            bail!("--files-from {} lists more than {} paths or {} MiB of names; split it into several transfers", file.display(), tern_proto::msg::MAX_FILE_LIST, tern_proto::msg::MAX_FILE_LIST_BYTES >> 20);
+            bail!(
+                "--files-from {} lists more than {} paths or {} MiB of names; split it into several transfers",
+                file.display(),
+                tern_proto::msg::MAX_FILE_LIST,
+                tern_proto::msg::MAX_FILE_LIST_BYTES >> 20
+            );
         }
         out.push(p.to_vec());
     }
@@ -498,7 +516,16 @@ fn parse_rate(s: &str) -> Result<u64, String> {
     if let Some(bits) = t.strip_suffix("bit") {
         let n = parse_size(bits)?;
         // Network rates are decimal: 1Gbit = 10^9 bits.
-        let dec = n as f64 / if bits.ends_with(['g', 'G']) { (1u64 << 30) as f64 / 1e9 } else if bits.ends_with(['m', 'M']) { (1u64 << 20) as f64 / 1e6 } else if bits.ends_with(['k', 'K']) { 1024.0 / 1e3 } else { 1.0 };
+        let dec = n as f64
+            / if bits.ends_with(['g', 'G']) {
+                (1u64 << 30) as f64 / 1e9
+            } else if bits.ends_with(['m', 'M']) {
+                (1u64 << 20) as f64 / 1e6
+            } else if bits.ends_with(['k', 'K']) {
+                1024.0 / 1e3
+            } else {
+                1.0
+            };
         return Ok((dec / 8.0) as u64);
     }
     parse_size(t)

@@ -25,11 +25,7 @@ impl Display {
         let s = stop.clone();
         let thread = std::thread::spawn(move || {
             let bar = ProgressBar::new(0);
-            bar.set_style(
-                ProgressStyle::with_template("{spinner} {bytes:>10}/{total_bytes:<10} {wide_bar} {binary_bytes_per_sec:>12} ETA {eta:>4} {msg}")
-                    .unwrap()
-                    .progress_chars("=> "),
-            );
+            bar.set_style(ProgressStyle::with_template("{spinner} {bytes:>10}/{total_bytes:<10} {wide_bar} {binary_bytes_per_sec:>12} ETA {eta:>4} {msg}").unwrap().progress_chars("=> "));
             while !s.load(Ordering::Relaxed) {
                 let total = Progress::get(&p.bytes_total);
                 let done = (Progress::get(&p.bytes) - Progress::get(&p.bytes_resent)).min(total) + Progress::get(&p.bytes_skipped);

@@ -47,7 +47,9 @@ pub fn start(a: &ServeService) -> Result<()> {
     let Some(listen) = &a.http_listen else { return Ok(()) };
     let state_dir = a.state_dir.clone().unwrap_or_else(tern_service::default_state_dir);
     let runner = tern_service::runner_config(a.max_jobs, a.max_attempts, Duration::from_millis(a.retry_base_ms)).map_err(|e| anyhow!(e))?;
-    let started = tern_service::start(tern_service::ServiceConfig { state_dir: state_dir.clone(), http_listen: listen.clone(), db: a.db.clone(), smtp: a.smtp.clone(), smtp_from: a.smtp_from.clone(), runner }).map_err(|e| anyhow!(e))?;
+    let started =
+        tern_service::start(tern_service::ServiceConfig { state_dir: state_dir.clone(), http_listen: listen.clone(), db: a.db.clone(), smtp: a.smtp.clone(), smtp_from: a.smtp_from.clone(), runner })
+            .map_err(|e| anyhow!(e))?;
     eprintln!("tern serve: service API on https://{} (state in {}, certificate {})", started.addr, state_dir.display(), state_dir.join("tls/cert.pem").display());
     eprintln!("tern serve: dashboard on https://{}/ (sign in with a token)", started.addr);
     if let Some(p) = started.admin_token_file {
@@ -276,7 +278,11 @@ pub fn run(c: ServiceCommand) -> Result<ExitCode> {
         }
         ServiceCommand::Status { id, conn } => {
             let v = call(&conn, "GET", &format!("/v1/jobs/{id}"), None)?;
-            if conn.json { println!("{v}") } else { print_status(&v) }
+            if conn.json {
+                println!("{v}")
+            } else {
+                print_status(&v)
+            }
             Ok(ExitCode::SUCCESS)
         }
         ServiceCommand::Wait { id, timeout, conn } => wait(id, timeout, &conn),
@@ -284,7 +290,11 @@ pub fn run(c: ServiceCommand) -> Result<ExitCode> {
         ServiceCommand::Retry { id, deadline: None, conn } => simple(&conn, &format!("/v1/jobs/{id}/retry")),
         ServiceCommand::Retry { id, deadline: Some(d), conn } => {
             let v = call(&conn, "POST", &format!("/v1/jobs/{id}/retry"), Some(&json!({ "deadline": d })))?;
-            if conn.json { println!("{v}") } else { println!("job {} is {}", v["id"], s(&v["state"])) }
+            if conn.json {
+                println!("{v}")
+            } else {
+                println!("job {} is {}", v["id"], s(&v["state"]))
+            }
             Ok(ExitCode::SUCCESS)
         }
         ServiceCommand::Token(t) => token(t),
@@ -335,7 +345,14 @@ fn print_status(j: &Value) {
         println!("  files: {} done, {} skipped, {} failed of {}", f("files_done"), f("files_skipped"), f("files_failed"), f("files_total"));
     }
     if sum.is_object() {
-        println!("  result: {} files, {} skipped, {} failed, {} in {:.1} s", sum["files"], sum["files_skipped"], sum["files_failed"], gb(sum["bytes"].as_f64().unwrap_or(0.0)), sum["seconds"].as_f64().unwrap_or(0.0));
+        println!(
+            "  result: {} files, {} skipped, {} failed, {} in {:.1} s",
+            sum["files"],
+            sum["files_skipped"],
+            sum["files_failed"],
+            gb(sum["bytes"].as_f64().unwrap_or(0.0)),
+            sum["seconds"].as_f64().unwrap_or(0.0)
+        );
         for e in sum["errors"].as_array().into_iter().flatten().take(20) {
             println!("  error: {}: {}: {}", s(&e["side"]), s(&e["path"]), s(&e["message"]));
         }
@@ -364,7 +381,11 @@ fn wait(id: u64, timeout: Option<u64>, conn: &Conn) -> Result<ExitCode> {
                 failures = 0;
                 let state = s(&j["state"]);
                 if matches!(state.as_str(), "succeeded" | "failed" | "canceled") {
-                    if conn.json { println!("{j}") } else if state != "succeeded" { print_status(&j) }
+                    if conn.json {
+                        println!("{j}")
+                    } else if state != "succeeded" {
+                        print_status(&j)
+                    }
                     return Ok(outcome(&state));
                 }
             }
@@ -386,7 +407,11 @@ fn wait(id: u64, timeout: Option<u64>, conn: &Conn) -> Result<ExitCode> {
 
 fn simple(conn: &Conn, path: &str) -> Result<ExitCode> {
     let v = call(conn, "POST", path, None)?;
-    if conn.json { println!("{v}") } else { println!("job {} is {}", v["id"], s(&v["state"])) }
+    if conn.json {
+        println!("{v}")
+    } else {
+        println!("job {} is {}", v["id"], s(&v["state"]))
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -440,7 +465,11 @@ fn submit(a: SubmitArgs) -> Result<ExitCode> {
         body["notify"] = json!(n);
     }
     let v = call(&a.conn, "POST", "/v1/jobs", Some(&body))?;
-    if a.conn.json { println!("{v}") } else { println!("{}", v["id"]) }
+    if a.conn.json {
+        println!("{v}")
+    } else {
+        println!("{}", v["id"])
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -61,10 +61,8 @@ fn receiver_killed_mid_transfer_resumes_within_the_run() {
     let port = free_port();
     let mut d = Daemon::start_on(&root, &token, port, &[]);
     let url = d.url("/big.bin");
-    let client = spawn_tern(
-        &["cp", src.to_str().unwrap(), &url, "--token-file", token.to_str().unwrap(), "--chunk-size", "1M", "--streams", "2", "--retry-for", "60"],
-        &[("TERN_FAULT_DELAY_MS", "15")],
-    );
+    let client =
+        spawn_tern(&["cp", src.to_str().unwrap(), &url, "--token-file", token.to_str().unwrap(), "--chunk-size", "1M", "--streams", "2", "--retry-for", "60"], &[("TERN_FAULT_DELAY_MS", "15")]);
     let journal = root.join(".big.bin.tern-journal");
     wait_for("some verified chunks", Duration::from_secs(30), || journal_records(&journal) >= 20);
     d.kill9();
@@ -140,10 +138,7 @@ fn corrupted_chunk_is_detected_and_only_it_is_resent() {
     let root = t.path().join("root");
     fs::create_dir(&root).unwrap();
     let d = Daemon::start(&root, &t.path().join("token"));
-    let r = tern(
-        &["cp", src.to_str().unwrap(), &d.url("/big.bin"), "--token-file", &d.token_arg(), "--chunk-size", "1M"],
-        &[("TERN_FAULT_CORRUPT", "big.bin:3")],
-    );
+    let r = tern(&["cp", src.to_str().unwrap(), &d.url("/big.bin"), "--token-file", &d.token_arg(), "--chunk-size", "1M"], &[("TERN_FAULT_CORRUPT", "big.bin:3")]);
     assert!(r.ok(), "{}", r.stderr());
     assert_eq!(r.u64("chunks_resent"), 1);
     assert_eq!(r.u64("bytes_resent"), MIB);

@@ -778,7 +778,8 @@ fn service_shares_run_slots_fairly_between_owners() {
     let (alice, bob) = (s.token("transfer", &["--name", "alice"]), s.token("transfer", &["--name", "bob"]));
     write_file(&t.path().join("src/f"), 11, 1 << 20);
     let src = t.path().join("src");
-    let job_args = |i: usize| vec![src.to_str().unwrap().to_string(), t.path().join(format!("dst{i}")).to_str().unwrap().to_string(), "--chunk-size".into(), "64K".into(), "--streams".into(), "1".into()];
+    let job_args =
+        |i: usize| vec![src.to_str().unwrap().to_string(), t.path().join(format!("dst{i}")).to_str().unwrap().to_string(), "--chunk-size".into(), "64K".into(), "--streams".into(), "1".into()];
     let sub = |tok: &str, i: usize| {
         let a = job_args(i);
         submit(&s, tok, &a.iter().map(String::as_str).collect::<Vec<_>>())

@@ -197,7 +197,26 @@ fn watcher_killed_mid_stream_resumes_without_loss_or_repeats() {
     copy_tree(&src, &originals);
     let hooks = t.path().join("hooks.txt");
     let hook = format!("echo \"$TERN_UNIT_NAME\" >> {}", s(&hooks));
-    let args = [s(&src), s(&dst), "--ready", "marker:*.done", "--on-arrival", &hook, "--in-order", "--delete-after-verified", "--until", "END", "--state-dir", s(&state), "--parallel", "1", "--streams", "1", "--chunk-size", "1M"];
+    let args = [
+        s(&src),
+        s(&dst),
+        "--ready",
+        "marker:*.done",
+        "--on-arrival",
+        &hook,
+        "--in-order",
+        "--delete-after-verified",
+        "--until",
+        "END",
+        "--state-dir",
+        s(&state),
+        "--parallel",
+        "1",
+        "--streams",
+        "1",
+        "--chunk-size",
+        "1M",
+    ];
     let env = [("TERN_FAULT_DELAY_MS", "60")];
     let w = Watch::start(&args, &env);
     // Kill while a unit is mid-transfer and no hook is running: two units hooked, the third
@@ -237,7 +256,9 @@ fn watcher_killed_mid_stream_resumes_without_loss_or_repeats() {
 
 /// Journals of partial files under a unit's destination.
 fn journals(dir: &Path) -> usize {
-    fs::read_dir(dir).map(|rd| rd.filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().ends_with(".tern-journal") && e.metadata().map(|m| m.len() > 40).unwrap_or(false)).count()).unwrap_or(0)
+    fs::read_dir(dir)
+        .map(|rd| rd.filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().ends_with(".tern-journal") && e.metadata().map(|m| m.len() > 40).unwrap_or(false)).count())
+        .unwrap_or(0)
 }
 
 fn copy_tree(from: &Path, to: &Path) {
@@ -266,7 +287,29 @@ fn daemon_killed_mid_stream_hooks_run_once_in_order() {
     fs::write(src.join("END"), b"").unwrap();
     let url = d.url("/incoming");
     let w = Watch::start(
-        &[s(&src), &url, "--token-file", s(&token), "--ready", "marker:*.done", "--on-arrival", "analyze", "--in-order", "--until", "END", "--state-dir", s(&state), "--parallel", "2", "--streams", "2", "--chunk-size", "1M", "--retry-for", "60"],
+        &[
+            s(&src),
+            &url,
+            "--token-file",
+            s(&token),
+            "--ready",
+            "marker:*.done",
+            "--on-arrival",
+            "analyze",
+            "--in-order",
+            "--until",
+            "END",
+            "--state-dir",
+            s(&state),
+            "--parallel",
+            "2",
+            "--streams",
+            "2",
+            "--chunk-size",
+            "1M",
+            "--retry-for",
+            "60",
+        ],
         &[("TERN_FAULT_DELAY_MS", "40")],
     );
     wait_for("a unit under way at the daemon", Duration::from_secs(60), || (0..4).any(|i| journals(&root.join(format!("incoming/snap_{i}"))) > 0));
@@ -435,7 +478,6 @@ fn ssh_destination_runs_the_hook_over_ssh() {
     assert_eq!(lines_of(&hooks), want, "the hook ran over ssh (SSH_CONNECTION set), once per unit, in order");
 }
 
-
 /// `tern submit --watch`: the service runs `tern watch` as the job's child; the job's progress
 /// carries the `watch` fields and its summary the units. A local hook is a command, so it needs
 /// an admin token.
@@ -455,8 +497,11 @@ fn service_runs_watch_jobs() {
         .args(["serve", "--listen", &format!("127.0.0.1:{data}"), "--http-listen", &format!("127.0.0.1:{http}"), "--root", s(&t.path().join("root"))])
         .args(["--token-file", s(&t.path().join("daemon.token")), "--state-dir", s(&state)])
         // The child's watch state lands under this HOME, not the user's.
-        .env("HOME", t.path()).env_remove("XDG_STATE_HOME")
-        .stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null())
+        .env("HOME", t.path())
+        .env_remove("XDG_STATE_HOME")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
         .spawn()
         .unwrap();
     wait_for("the service", Duration::from_secs(20), || std::net::TcpStream::connect(("127.0.0.1", http)).is_ok() && state.join("admin.token").exists());

@@ -46,16 +46,8 @@ pub fn write_file(path: &Path, seed: u64, len: usize) {
 /// empty directory, a sparse file).
 pub fn petascale_tree(root: &Path) -> u64 {
     // (count, min size, max size) per decade, the reference set's shape scaled to ~60 MB.
-    let decades: [(usize, usize, usize); 8] = [
-        (7, 0, 9),
-        (1, 10, 99),
-        (6, 100, 999),
-        (317, 1_000, 9_999),
-        (156, 10_000, 99_999),
-        (28, 100_000, 999_999),
-        (4, 1_000_000, 9_999_999),
-        (1, 10_000_000, 20_000_000),
-    ];
+    let decades: [(usize, usize, usize); 8] =
+        [(7, 0, 9), (1, 10, 99), (6, 100, 999), (317, 1_000, 9_999), (156, 10_000, 99_999), (28, 100_000, 999_999), (4, 1_000_000, 9_999_999), (1, 10_000_000, 20_000_000)];
     let dirs: Vec<PathBuf> = (0..21).map(|i| root.join(format!("d{}/s{}/t{}", i % 5, i % 3, i))).collect();
     let mut n = 0u64;
     let mut total = 0u64;
@@ -288,11 +280,7 @@ impl Sshd {
     }
     /// The same, leaving tern free to share one connection between sessions.
     pub fn ssh_cmd_reusable(&self) -> String {
-        format!(
-            "ssh -p {} -i {}/userkey -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR",
-            self.port,
-            self.dir.path().display()
-        )
+        format!("ssh -p {} -i {}/userkey -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR", self.port, self.dir.path().display())
     }
 }
 
