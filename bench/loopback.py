@@ -9,7 +9,9 @@ client with ssh, and the sshd with the sessions it reaped: the remote side). Row
   tern          encrypted (TLS 1.3 handshake, AES-256-GCM data), BLAKE3 integrity on
   tern-noenc    --no-encrypt (keyed-BLAKE3 authenticated chunks)
   tern-nohash   encrypted, integrity hashing switched off on both ends (TERN_DEBUG_NO_HASH=1):
-                only to measure what integrity costs; never a user setting
+                only to measure what integrity costs; never a user setting. Release builds
+                ignore the switch, so this row runs a build with the test hooks in it:
+                cargo build --release -p tern --features test-hooks --target-dir target/hooks
   scp, rsync    OpenSSH defaults (scp speaks SFTP; rsync -a over ssh)
 Every copy is checked byte for byte (sha256) before its time counts. Writes
 bench/results/loopback.md and .json. Needs root (it starts its own sshd on a private port).
@@ -19,6 +21,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 TERN = Path(os.environ.get("TERN_BIN", REPO / "target/release/tern"))
+# The same build with the TERN_FAULT_*/TERN_DEBUG_* switches compiled in (its own target dir,
+# so target/release/tern stays the binary users get).
+TERN_HOOKS = Path(os.environ.get("TERN_HOOKS_BIN", REPO / "target/hooks/release/tern"))
 
 
 SSHD_PID = None
@@ -91,6 +96,10 @@ def main():
     a = ap.parse_args()
     if not TERN.exists():
         sys.exit("loopback.py: build first: cargo build --release -p tern")
+    tools = a.tools.split(",")
+    if "tern-nohash" in tools and not TERN_HOOKS.exists():
+        print(f"loopback.py: no {TERN_HOOKS}, skipping tern-nohash (cargo build --release -p tern --features test-hooks --target-dir target/hooks)", file=sys.stderr)
+        tools.remove("tern-nohash")
     # Source and copy both live in RAM (tmpfs); short of memory, page reclaim lands inside the
     # timed runs (one run measured 5.4 s instead of 3.4 s) or the OOM killer ends one.
     need = 2 * (a.big_gib << 30) + 2 * a.small * 8192 + (2 << 30)
@@ -120,12 +129,11 @@ def main():
         cmds = {
             "tern": lambda s, d: [str(TERN), "cp", "-r", "-q", "--ssh", ssh, "--remote-bin", str(TERN), str(s), f"{target}:{d}"],
             "tern-noenc": lambda s, d: [str(TERN), "cp", "-r", "-q", "--no-encrypt", "--ssh", ssh, "--remote-bin", str(TERN), str(s), f"{target}:{d}"],
-            "tern-nohash": lambda s, d: [str(TERN), "cp", "-r", "-q", "--ssh", ssh, "--remote-bin", f"env TERN_DEBUG_NO_HASH=1 {TERN}", str(s), f"{target}:{d}"],
+            "tern-nohash": lambda s, d: [str(TERN_HOOKS), "cp", "-r", "-q", "--ssh", ssh, "--remote-bin", f"env TERN_DEBUG_NO_HASH=1 {TERN_HOOKS}", str(s), f"{target}:{d}"],
             "scp": lambda s, d: ["scp", "-r", "-q", "-P", ssh.split()[2]] + ssh.split()[3:] + [str(s), f"{target}:{d}"],
             "rsync": lambda s, d: ["rsync", "-a", "-e", ssh, str(s) + "/", f"{target}:{d}/"],
         }
         results = []
-        tools = a.tools.split(",")
         for ds in ("big", "small"):
             times = {t: [] for t in tools}
             cpus = {t: [] for t in tools}

@@ -1,5 +1,10 @@
 //! Fault hooks for tests, read once from the environment. They cost one branch when unset.
 //!
+//! Only builds with the `test-hooks` feature read them (`cargo test` turns it on through the
+//! `tern` crate's dev-dependency; benchmarks build with `--features tern-engine/test-hooks`).
+//! A release build has none of these names in it: the variables do nothing there, so no
+//! environment can switch integrity off or inject faults into a shipped daemon.
+//!
 //! * `TERN_FAULT_CORRUPT=NAME:CHUNK` — the sender flips a byte of that chunk of the first file
 //!   whose path ends with NAME, after hashing it, once per process.
 //! * `TERN_FAULT_CUT_AFTER=BYTES` — the sender cuts one data stream after sending that many
@@ -11,6 +16,7 @@
 //! * `TERN_DEBUG_FEATURES=N` — advertise these Hello feature bits instead of ours (tests act
 //!   as an older peer that lacks a feature).
 
+#[cfg(feature = "test-hooks")]
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -25,6 +31,14 @@ pub struct Faults {
     pub features: Option<u64>,
 }
 
+#[cfg(not(feature = "test-hooks"))]
+pub fn faults() -> &'static Faults {
+    static OFF: Faults =
+        Faults { corrupt: None, corrupt_done: AtomicBool::new(false), cut_after: None, cut_done: AtomicBool::new(false), sent: AtomicU64::new(0), delay_ms: 0, no_hash: false, features: None };
+    &OFF
+}
+
+#[cfg(feature = "test-hooks")]
 pub fn faults() -> &'static Faults {
     static F: OnceLock<Faults> = OnceLock::new();
     F.get_or_init(|| Faults {
@@ -40,6 +54,14 @@ pub fn faults() -> &'static Faults {
         no_hash: std::env::var("TERN_DEBUG_NO_HASH").is_ok_and(|v| v == "1"),
         features: std::env::var("TERN_DEBUG_FEATURES").ok().and_then(|v| v.parse().ok()),
     })
+}
+
+/// Says so on stderr when a switch that weakens a transfer is on (test and benchmark builds).
+pub fn warn_if_weakened() {
+    #[cfg(feature = "test-hooks")]
+    if faults().no_hash {
+        tracing::warn!("TERN_DEBUG_NO_HASH=1: chunk hashing is off (a benchmark switch); nothing this process moves is verified");
+    }
 }
 
 impl Faults {

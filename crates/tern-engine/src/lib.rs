@@ -7,6 +7,7 @@
 pub mod bootstrap;
 pub mod control;
 pub mod datastream;
+pub mod dial;
 pub mod endpoint;
 pub mod error;
 pub mod faults;
@@ -16,6 +17,7 @@ pub mod hashing;
 pub mod hook;
 pub mod journal;
 pub mod layout;
+pub mod limits;
 pub mod progress;
 pub mod ratelimit;
 pub mod receiver;

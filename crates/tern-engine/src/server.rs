@@ -2,13 +2,13 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
-use std::net::{TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 use tern_proto::Control;
@@ -17,8 +17,10 @@ use tern_proto::msg::{MAX_FILE_LIST, MAX_FILE_LIST_BYTES, Role, Summary};
 
 use crate::control::{CtrlReader, CtrlWriter};
 use crate::datastream::{DataConn, PendingStream, StreamAuth, accept_stream};
+use crate::dial::DialPolicy;
 use crate::error::{Side, TransferError};
 use crate::hook::Hooks;
+use crate::limits::{Admit, Conn, Gate, Limits};
 use crate::progress::Progress;
 use crate::receiver::{ReceiverParams, Receiving};
 use crate::sender::{SendMemory, SenderParams, Sending};
@@ -117,7 +119,8 @@ pub fn source_spec(path: &Path, contents: bool) -> SourceSpec {
 
 /// Serves one session on an established control channel. `streams` delivers the data streams
 /// that name `session_id`. `announce`: send `data_addr` early (`Listening`, ssh mode) to a
-/// client that understands it.
+/// client that understands it. `daemon`: a `tern serve` connection's admission, dial policy
+/// and access record (ssh mode: none, and no third-party dialling).
 #[allow(clippy::too_many_arguments)]
 pub fn serve_session(
     halves: ControlHalves,
@@ -131,7 +134,7 @@ pub fn serve_session(
     reverse_to: Option<String>,
     progress: Arc<Progress>,
     hooks: &Hooks,
-    allow_dial: bool,
+    daemon: Option<&DaemonConn>,
 ) -> Result<Summary, TransferError> {
     // However the session ends, the control channel closes with it: the engine's control
     // reader thread may still hold the socket, and a relaying client (third-party) has no data
@@ -141,11 +144,15 @@ pub fn serve_session(
     let mut reader = CtrlReader::new(halves.reader);
     let writer = Arc::new(CtrlWriter::new(halves.writer));
     let key = crate::handshake::server(&mut reader, &writer, &secret_key, &exporter, announce.then_some(data_addr.as_bytes()))?;
-    // Before Open: the transfer's rules and its file list, if it has them.
     let refuse = |m: String| {
         let _ = writer.send(&Control::Fatal { side: Side::Network, message: m.clone() });
         TransferError::fatal(Side::Network, m)
     };
+    if let Some(d) = daemon {
+        d.record("auth=token op=none".into());
+        d.conn.lock().unwrap().authenticated(true).map_err(refuse)?;
+    }
+    // Before Open: the transfer's rules and its file list, if it has them.
     let mut filter = Filter::default();
     let mut list: Option<Vec<Vec<u8>>> = None;
     let mut list_bytes = 0usize;
@@ -165,7 +172,12 @@ pub fn serve_session(
     };
     let (role, options, sources, destination) = match request {
         Control::Open { server_role, options, sources, destination } => (server_role, options, sources, destination),
-        Control::Hook { name, path } => return crate::hook::serve(hooks, roots, &name, &path, &writer).map(|_| Summary::default()),
+        Control::Hook { name, path } => {
+            if let Some(d) = daemon {
+                d.record(format!("auth=token op=hook name={:?} path={:?}", String::from_utf8_lossy(name.as_bytes()), String::from_utf8_lossy(&path)));
+            }
+            return crate::hook::serve(hooks, roots, &name, &path, &writer).map(|_| Summary::default());
+        }
         _ => return Err(TransferError::fatal(Side::Network, "expected an open request")),
     };
     let prepared = (|| -> Result<_, TransferError> {
@@ -180,7 +192,10 @@ pub fn serve_session(
             Role::Receiver => (Vec::new(), roots.resolve(&destination)?),
         })
     })();
-    let prepared = prepared.and_then(|p| Ok((p, third_party_dial(&mut reader, role, options, allow_dial)?)));
+    if let Some(d) = daemon {
+        d.record(access_request(role, options, &sources, &destination));
+    }
+    let prepared = prepared.and_then(|p| Ok((p, third_party_dial(&mut reader, role, options, daemon.map(|d| &*d.policy))?)));
     let ((specs, dest), dial) = match prepared {
         Ok(x) => x,
         Err(e) => {
@@ -197,10 +212,17 @@ pub fn serve_session(
     let mut conns = Vec::new();
     if let Some(addr) = &reverse_to {
         // --reverse: only outbound connections are allowed here, so we connect to the client.
-        conns = dial_streams(addr, &auth, options.streams, "--reverse: the client")?;
+        let addrs: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(addr.as_str()).map_err(|e| TransferError::network(format!("--reverse: the client at {addr}: {e}")))?.collect();
+        conns = dial_streams(&addrs, &auth, 0..options.streams as u32, "--reverse: the client")?;
     } else if let Some(d) = &dial {
         let theirs = StreamAuth { session_id: d.session_id, session_key: d.ticket, encrypt };
-        conns = dial_streams(&d.addr, &theirs, options.streams, "third-party: the receiving daemon")?;
+        conns = match dial_peer(&d.addrs, &d.addr, &theirs, options.streams) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = writer.send(&Control::Fatal { side: e.side, message: e.message.clone() });
+                return Err(e);
+            }
+        };
     }
     // Streams the client opens join the session as they arrive; the control exchange (the
     // manifest, the first wants) goes on meanwhile instead of waiting a round trip for them.
@@ -261,6 +283,18 @@ pub fn serve_session(
     }
 }
 
+/// The access log's account of a request: direction as the daemon sees it, and the paths.
+fn access_request(role: Role, options: tern_proto::Options, sources: &[Vec<u8>], destination: &[u8]) -> String {
+    let tp = if options.third_party() { " third-party=yes" } else { "" };
+    match role {
+        Role::Sender => {
+            let srcs: Vec<_> = sources.iter().map(|p| String::from_utf8_lossy(p).into_owned()).collect();
+            format!("auth=token op=send src={:?}{tp}", srcs.join(","))
+        }
+        Role::Receiver => format!("auth=token op=receive dest={:?}{tp}", String::from_utf8_lossy(destination)),
+    }
+}
+
 /// How long a session waits for the client's first data stream.
 const STREAM_WAIT: Duration = Duration::from_secs(30);
 
@@ -275,40 +309,107 @@ impl<F: FnMut()> Drop for Defer<F> {
 
 /// Where a third-party sender opens its data streams, and the credentials for them there.
 struct Dial {
+    /// As the client wrote it (for messages).
     addr: String,
+    /// What the operator's policy let it resolve to.
+    addrs: Vec<SocketAddr>,
     session_id: [u8; 16],
     ticket: [u8; 32],
 }
 
-/// After a third-party `Open` the sender side expects `Dial`. `allow_dial` is the operator's
-/// `--no-third-party` switch, inverted: following `Dial` makes this daemon open TCP connections
-/// to any address a token holder names (a port scanner or a relay into the daemon's network),
-/// so an operator who does not want that refuses the whole session.
-fn third_party_dial(reader: &mut CtrlReader, role: Role, options: tern_proto::Options, allow_dial: bool) -> Result<Option<Dial>, TransferError> {
+/// After a third-party `Open` the sender side expects `Dial`: an address a token holder names,
+/// so it is judged by the operator's `--dial-allow` list before anything is connected (none
+/// in ssh mode, and by default: such a daemon refuses the whole session).
+fn third_party_dial(reader: &mut CtrlReader, role: Role, options: tern_proto::Options, policy: Option<&DialPolicy>) -> Result<Option<Dial>, TransferError> {
     if !options.third_party() || role == Role::Receiver {
         return Ok(None);
     }
-    if !allow_dial {
-        return Err(TransferError::fatal(Side::Source, "the source daemon refuses third-party transfers (tern serve --no-third-party); copy through a host that runs tern, or ask its operator"));
+    let none = DialPolicy::default();
+    let policy = policy.unwrap_or(&none);
+    if policy.allow.is_empty() {
+        // Before reading Dial: nothing the client says changes the answer.
+        return Err(TransferError::fatal(Side::Source, policy.resolve("").unwrap_err()));
     }
     match reader.recv()? {
         Control::Dial { addr, session_id, ticket } => {
             let addr = String::from_utf8(addr).map_err(|_| TransferError::fatal(Side::Network, "third-party: the dial address is not UTF-8"))?;
-            Ok(Some(Dial { addr, session_id, ticket }))
+            let addrs = policy.resolve(&addr).map_err(|m| TransferError::fatal(Side::Source, format!("third-party: {m}")))?;
+            Ok(Some(Dial { addr, addrs, session_id, ticket }))
         }
         _ => Err(TransferError::fatal(Side::Network, "third-party: expected the receiving daemon's address (Dial) after Open")),
     }
 }
 
-/// Opens `n` data streams to `addr` side by side (each costs a TCP and a TLS handshake).
+/// How long a third-party sender gives its first data stream to prove the ticket; every
+/// failure is reported at this time.
+const DIAL_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Opens a third-party session's `n` streams to the receiving daemon. One stream first: only
+/// once the far end has proved it holds the ticket are the others opened (a wrong address
+/// gets one connection, not `n`). A failure of that first stream is reported to the client in
+/// the same words and after the same time whatever happened (refused, filtered, timed out,
+/// not tern, wrong ticket), so the feature tells a client nothing about ports on the daemon's
+/// networks; the operator's log has the real reason.
+fn dial_peer(addrs: &[SocketAddr], shown: &str, auth: &StreamAuth, n: u16) -> Result<Vec<DataConn>, TransferError> {
+    let started = Instant::now();
+    let (first, peer) = match first_stream(addrs, auth, started + DIAL_DEADLINE) {
+        Ok(x) => x,
+        Err(why) => {
+            tracing::warn!("third-party: no data stream to {shown}: {why}");
+            if let Some(rest) = (started + DIAL_DEADLINE).checked_duration_since(Instant::now()) {
+                thread::sleep(rest);
+            }
+            return Err(TransferError::fatal(
+                Side::Network,
+                format!(
+                    "third-party: the source daemon opened no data stream to {shown} that proved this session's ticket within {} s (a closed or filtered port, or not the receiving tern daemon); check that the destination daemon's port is reachable from the source host",
+                    DIAL_DEADLINE.as_secs()
+                ),
+            ));
+        }
+    };
+    let mut conns = vec![first];
+    conns.extend(dial_streams(&[peer], auth, 1..n as u32, "third-party: the receiving daemon")?);
+    Ok(conns)
+}
+
+/// Stream 0 to the first of `addrs` that answers, by `deadline`.
+fn first_stream(addrs: &[SocketAddr], auth: &StreamAuth, deadline: Instant) -> Result<(DataConn, SocketAddr), String> {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let held: Arc<Mutex<Option<TcpStream>>> = Arc::default();
+    let (addrs, auth2, held2) = (addrs.iter().take(4).copied().collect::<Vec<_>>(), auth.clone(), held.clone());
+    thread::spawn(move || {
+        let r = (|| {
+            let sock = crate::session::connect_any(&addrs)?;
+            let peer = sock.peer_addr()?;
+            *held2.lock().unwrap() = sock.try_clone().ok();
+            Ok((crate::datastream::connect_stream(sock, &auth2, 0, None)?, peer))
+        })();
+        let _ = tx.send(r.map_err(|e: std::io::Error| e.to_string()));
+    });
+    let wait = deadline.saturating_duration_since(Instant::now());
+    match rx.recv_timeout(wait) {
+        Ok(r) => r,
+        Err(_) => {
+            if let Some(s) = held.lock().unwrap().take() {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+            Err(format!("no answer within {} s", DIAL_DEADLINE.as_secs()))
+        }
+    }
+}
+
+/// Opens the streams `indexes` to `addrs` side by side (each costs a TCP and a TLS handshake).
 /// `whom` names the far end in errors.
-fn dial_streams(addr: &str, auth: &StreamAuth, n: u16, whom: &str) -> Result<Vec<DataConn>, TransferError> {
+fn dial_streams(addrs: &[SocketAddr], auth: &StreamAuth, indexes: std::ops::Range<u32>, whom: &str) -> Result<Vec<DataConn>, TransferError> {
+    let shown = addrs.first().map(|a| a.to_string()).unwrap_or_default();
     thread::scope(|s| {
-        let handles: Vec<_> = (0..n as u32)
+        let handles: Vec<_> = indexes
             .map(|i| {
+                let shown = &shown;
                 s.spawn(move || {
-                    let sock = TcpStream::connect(addr).map_err(|e| TransferError::network(format!("{whom} at {addr}: cannot connect: {e} (is its port reachable from this host?)")))?;
-                    crate::datastream::connect_stream(sock, auth, i, None).map_err(|e| TransferError::network(format!("{whom} at {addr}: data stream: {e}")))
+                    let sock = crate::session::connect_any(addrs).map_err(|e| TransferError::network(format!("{whom} at {shown}: cannot connect: {e} (is its port reachable from this host?)")))?;
+                    crate::datastream::connect_stream(sock, auth, i, None).map_err(|e| TransferError::network(format!("{whom} at {shown}: data stream: {e}")))
                 })
             })
             .collect();
@@ -316,30 +417,112 @@ fn dial_streams(addr: &str, auth: &StreamAuth, n: u16, whom: &str) -> Result<Vec
     })
 }
 
-type Registry = Arc<Mutex<HashMap<[u8; 16], Sender<PendingStream>>>>;
+/// A live session's stream feed, and the places its data streams hold in the gate (given back
+/// when the session ends).
+struct Live {
+    streams: Sender<PendingStream>,
+    held: Arc<Mutex<Vec<Conn>>>,
+}
+
+type Registry = Arc<Mutex<HashMap<[u8; 16], Live>>>;
+
+/// Data streams one session may bring in its lifetime (the protocol allows 256 at once; the
+/// rest covers replaced streams). Beyond it the session's streams are refused.
+const MAX_SESSION_STREAMS: usize = 2 * tern_proto::limits::MAX_STREAMS as usize;
+
+/// What `tern serve` was told (besides its roots, secret and hooks).
+#[derive(Clone, Debug, Default)]
+pub struct DaemonConfig {
+    pub limits: Limits,
+    /// Peers a third-party sender may dial (`--dial-allow`); empty: none.
+    pub dial: DialPolicy,
+}
+
+/// A daemon control connection as its session sees it.
+pub struct DaemonConn {
+    conn: Mutex<Conn>,
+    policy: Arc<DialPolicy>,
+    /// What the client asked for, for the access log.
+    access: Mutex<String>,
+}
+
+impl DaemonConn {
+    fn record(&self, what: String) {
+        *self.access.lock().unwrap() = what;
+    }
+}
 
 /// `tern serve`: accepts control and data connections on one port until the process ends.
 /// `hooks` are the commands the operator registered (`--hook NAME=CMD`), the only ones a client
-/// can ask for.
-/// `third_party`: follow a client's `Dial` (see `third_party_dial`).
-pub fn serve_daemon(listener: TcpListener, roots: Roots, secret: Vec<u8>, hooks: Hooks, third_party: bool) -> std::io::Result<()> {
+/// can ask for. Every connection is admitted by the gate (`limits`): at most so many, and each
+/// must authenticate within the deadline.
+pub fn serve_daemon(listener: TcpListener, roots: Roots, secret: Vec<u8>, hooks: Hooks, config: DaemonConfig) -> std::io::Result<()> {
     let registry: Registry = Arc::default();
     let key = tern_proto::auth::token_key(&secret);
+    let gate = Gate::new(config.limits);
+    let policy = Arc::new(config.dial);
     for conn in listener.incoming() {
-        let Ok(sock) = conn else { continue };
-        let (registry, roots, hooks) = (registry.clone(), roots.clone(), hooks.clone());
-        thread::spawn(move || {
-            let peer = sock.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-            if let Err(e) = daemon_connection(sock, &registry, &roots, &key, &hooks, third_party) {
-                tracing::warn!("{peer}: {e}");
+        let sock = match conn {
+            Ok(s) => s,
+            Err(e) => {
+                // Out of descriptors or memory: wait instead of spinning on the same error.
+                tracing::warn!("accepting a connection: {e}");
+                thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        };
+        let peer = match sock.peer_addr() {
+            Ok(p) => p,
+            Err(_) => continue,
+        };
+        let conn = match gate.admit(&sock, peer) {
+            Admit::Yes(c) => c,
+            Admit::Busy(why) => {
+                if let Some(slot) = gate.refusal_slot() {
+                    thread::spawn(move || {
+                        refuse_busy(sock, &why);
+                        drop(slot);
+                    });
+                }
+                continue;
+            }
+        };
+        let (registry, roots, hooks, policy) = (registry.clone(), roots.clone(), hooks.clone(), policy.clone());
+        let spawned = thread::Builder::new().spawn(move || {
+            if let Err(e) = daemon_connection(sock, peer, conn, &registry, &roots, &key, &hooks, policy) {
+                tracing::debug!("{peer}: {e}");
             }
         });
+        if let Err(e) = spawned {
+            tracing::warn!("cannot start a thread for a connection from {peer}: {e}");
+        }
     }
     Ok(())
 }
 
-fn daemon_connection(sock: TcpStream, registry: &Registry, roots: &Roots, key: &[u8; 32], hooks: &Hooks, third_party: bool) -> Result<(), TransferError> {
-    let _ = sock.set_read_timeout(Some(Duration::from_secs(30)));
+/// Tells a client over the cap why, in a line it can print (a `Fatal` where it expects the
+/// server's `Hello`), within a short bound; data streams are just closed.
+fn refuse_busy(sock: TcpStream, why: &str) {
+    let _ = sock.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = sock.set_write_timeout(Some(Duration::from_secs(2)));
+    let mut kind = [0u8; 1];
+    if (&sock).read_exact(&mut kind).is_err() || kind[0] != b'C' {
+        return;
+    }
+    let Ok(raw) = sock.try_clone() else { return };
+    if let Ok((halves, _)) = tls_control_server(sock) {
+        let _ = CtrlWriter::new(halves.writer).send(&Control::Fatal { side: Side::Network, message: why.to_string() });
+        // Read what the client already sent until it closes, so closing does not reset the
+        // connection before it has read the reason.
+        let _ = raw.shutdown(Shutdown::Write);
+        let mut sink = [0u8; 4096];
+        let until = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < until && matches!((&raw).read(&mut sink), Ok(n) if n > 0) {}
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn daemon_connection(sock: TcpStream, peer: SocketAddr, mut conn: Conn, registry: &Registry, roots: &Roots, key: &[u8; 32], hooks: &Hooks, policy: Arc<DialPolicy>) -> Result<(), TransferError> {
     let mut kind = [0u8; 1];
     (&sock).read_exact(&mut kind).map_err(crate::control::net_err)?;
     match kind[0] {
@@ -347,29 +530,41 @@ fn daemon_connection(sock: TcpStream, registry: &Registry, roots: &Roots, key: &
             tune_socket(&sock, None);
             let local = sock.local_addr().map_err(crate::control::net_err)?;
             let (halves, exporter) = tls_control_server(sock.try_clone().map_err(crate::control::net_err)?).map_err(crate::control::net_err)?;
-            let _ = sock.set_read_timeout(None);
             let session_id = random::<16>();
             let (tx, rx) = unbounded();
-            registry.lock().unwrap().insert(session_id, tx);
+            let held = Arc::new(Mutex::new(Vec::new()));
+            registry.lock().unwrap().insert(session_id, Live { streams: tx, held: held.clone() });
             let progress = Arc::new(Progress::default());
-            let r = serve_session(halves, exporter, *key, roots, session_id, local.to_string(), false, rx, None, progress, hooks, third_party);
+            let started = Instant::now();
+            let d = DaemonConn { conn: Mutex::new(conn), policy, access: Mutex::new("auth=none op=none".into()) };
+            let r = serve_session(halves, exporter, *key, roots, session_id, local.to_string(), false, rx, None, progress, hooks, Some(&d));
             registry.lock().unwrap().remove(&session_id);
+            // The session's data streams have ended with it: their places go back.
+            held.lock().unwrap().clear();
+            let what = d.access.lock().unwrap().clone();
+            let secs = started.elapsed().as_secs_f64();
             match &r {
-                Ok(s) => tracing::info!("session done: {} files, {} bytes", s.files_done, s.bytes_written),
-                Err(e) => tracing::warn!("session ended: {e}"),
+                Ok(s) => tracing::info!(target: "tern::access", "access: peer={peer} {what} files={} bytes={} secs={secs:.2} result=ok", s.files_done, s.bytes_written),
+                Err(e) => tracing::info!(target: "tern::access", "access: peer={peer} {what} secs={secs:.2} result=failed error={:?}", e.to_string()),
             }
             r.map(|_| ())
         }
         b'D' | b'P' => {
             let pending = accept_stream(sock, kind[0]).map_err(|e| TransferError::network(format!("data stream: {e}")))?;
-            let tx = registry.lock().unwrap().get(&pending.hello.session_id).cloned();
-            match tx {
-                Some(tx) => {
-                    let _ = tx.send(pending);
-                    Ok(())
-                }
-                None => Err(TransferError::network("data stream for an unknown session; dropped")),
+            let live = registry.lock().unwrap().get(&pending.hello.session_id).map(|l| (l.streams.clone(), l.held.clone()));
+            let Some((tx, held)) = live else {
+                return Err(TransferError::network("data stream for an unknown session; dropped"));
+            };
+            let mut held = held.lock().unwrap();
+            if held.len() >= MAX_SESSION_STREAMS {
+                return Err(TransferError::network(format!("data stream beyond the session's {MAX_SESSION_STREAMS}; dropped")));
             }
+            // A live session's id (sent only inside its TLS control channel) is the proof
+            // here; the session checks the stream's own proof next.
+            conn.authenticated(false).map_err(TransferError::network)?;
+            held.push(conn);
+            let _ = tx.send(pending);
+            Ok(())
         }
         other => Err(TransferError::fatal(Side::Network, format!("unknown connection kind byte {other}; not a tern client"))),
     }
@@ -400,7 +595,7 @@ pub fn serve_remote(port_range: Option<(u16, u16)>, reverse_port: Option<u16>) -
         let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
         let key = tern_proto::auth::token_key(secret.as_bytes());
         drop(tx);
-        return serve_session(halves, [0; 32], key, &Roots::Home(home), random(), String::new(), false, rx, Some(bracket(client_ip, port)), Arc::new(Progress::default()), &Hooks::default(), false)
+        return serve_session(halves, [0; 32], key, &Roots::Home(home), random(), String::new(), false, rx, Some(bracket(client_ip, port)), Arc::new(Progress::default()), &Hooks::default(), None)
             .map(|_| ());
     }
     let listener = listener.expect("bound unless --reverse");
@@ -412,19 +607,24 @@ pub fn serve_remote(port_range: Option<(u16, u16)>, reverse_port: Option<u16>) -
     let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
     let session_id = random::<16>();
     let key = tern_proto::auth::token_key(secret.as_bytes());
-    serve_session(halves, [0; 32], key, &Roots::Home(home), session_id, data_addr, true, rx, None, Arc::new(Progress::default()), &Hooks::default(), false).map(|_| ())
+    serve_session(halves, [0; 32], key, &Roots::Home(home), session_id, data_addr, true, rx, None, Arc::new(Progress::default()), &Hooks::default(), None).map(|_| ())
 }
 
 /// ssh mode's data listener: every connection that says hello goes to the session. One that
 /// closes or fails before its `DataHello` (a client's surplus early stream, a port scan) only
-/// ends its own thread.
+/// ends its own thread. Anyone can reach this port, so connections that have not said hello
+/// are bounded and timed out as on a daemon.
 pub(crate) fn accept_data_streams(listener: TcpListener, tx: Sender<PendingStream>) {
+    let gate = Gate::new(Limits::default());
     for sock in listener.incoming().flatten() {
+        let Ok(peer) = sock.peer_addr() else { continue };
+        let Admit::Yes(mut conn) = gate.admit(&sock, peer) else { continue };
         let tx = tx.clone();
         thread::spawn(move || {
             let mut kind = [0u8; 1];
             if (&sock).read_exact(&mut kind).is_ok()
                 && let Ok(p) = accept_stream(sock, kind[0])
+                && conn.authenticated(false).is_ok()
             {
                 let _ = tx.send(p);
             }

@@ -285,7 +285,7 @@ pub(crate) fn connect(addr: &str) -> Result<TcpStream, TransferError> {
 }
 
 /// The first of `addrs` that accepts a connection within 10 s.
-fn connect_any(addrs: &[std::net::SocketAddr]) -> std::io::Result<TcpStream> {
+pub(crate) fn connect_any(addrs: &[std::net::SocketAddr]) -> std::io::Result<TcpStream> {
     let mut last = None;
     for a in addrs {
         match TcpStream::connect_timeout(a, Duration::from_secs(10)) {

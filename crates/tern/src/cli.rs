@@ -202,10 +202,26 @@ struct ServeArgs {
     /// repeatable. CMD runs under sh with TERN_UNIT_PATH set to the unit's path in a root.
     #[arg(long, value_parser = tern_engine::hook::parse_hook)]
     hook: Vec<(String, String)>,
-    /// Refuse third-party transfers (tern://HERE to tern://ELSEWHERE): in one, a client that
-    /// holds this daemon's token makes it open TCP connections to an address the client names.
-    #[arg(long)]
+    /// A peer this daemon may open data streams to when it is the source of a third-party
+    /// transfer (tern://HERE to tern://ELSEWHERE): HOST, HOST:PORT, an address, [IPv6]:PORT or
+    /// a CIDR like 10.0.0.0/8; repeatable. None (the default): such transfers are refused,
+    /// since the client names the address. See docs/security.md.
+    #[arg(long, value_name = "HOST[:PORT]|CIDR", value_parser = tern_engine::dial::parse_allow)]
+    dial_allow: Vec<tern_engine::dial::Allow>,
+    /// Refuse third-party transfers (the default without --dial-allow; kept for old scripts).
+    #[arg(long, hide = true, conflicts_with = "dial_allow")]
     no_third_party: bool,
+    /// Connections held at once (control and data); more are refused with "daemon busy". A
+    /// quarter of them (at least 8) may be waiting to authenticate; beyond that the oldest
+    /// waiting one is dropped.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: u32,
+    /// Authenticated sessions running at once; more are refused with "daemon busy".
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    max_sessions: u32,
+    /// Seconds a new connection has to finish TLS and authenticate; then it is closed.
+    #[arg(long, default_value_t = 10.0, value_name = "SECS")]
+    auth_timeout: f64,
     /// The managed-transfer service (--http-listen, --state-dir, ...).
     #[command(flatten)]
     service: crate::service_cli::ServeService,
@@ -231,7 +247,7 @@ impl Cli {
 }
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
-    init_logging(cli.verbose);
+    crate::init_logging(cli.verbose);
     match cli.command {
         Command::Cp(a) => {
             let (dst, srcs) = a.paths.split_last().unwrap();
@@ -249,16 +265,6 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             }
         },
     }
-}
-
-fn init_logging(verbose: u8) {
-    let default = match verbose {
-        0 => "warn",
-        1 => "info",
-        _ => "debug",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TERN_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
 }
 
 fn transfer(srcs: &[String], dst: &str, recursive: bool, sync: bool, checksum: bool, delete: bool, c: &Common) -> Result<ExitCode> {
@@ -458,7 +464,12 @@ fn serve(a: ServeArgs) -> Result<ExitCode> {
     let listener = TcpListener::bind(&a.listen).with_context(|| format!("cannot listen on {}", a.listen))?;
     eprintln!("tern serve: listening on {} for {}", listener.local_addr()?, roots.iter().map(|(n, d)| format!("/{n} = {}", d.display())).collect::<Vec<_>>().join(", "));
     crate::service_cli::start(&a.service)?;
-    tern_engine::server::serve_daemon(listener, Roots::Confined(roots), secret, Arc::new(a.hook.into_iter().collect()), !a.no_third_party)?;
+    if !(a.auth_timeout > 0.0 && a.auth_timeout <= 3600.0) {
+        bail!("--auth-timeout {}: give seconds between 0 and 3600", a.auth_timeout);
+    }
+    let limits = tern_engine::limits::Limits { max_connections: a.max_connections as usize, max_sessions: a.max_sessions as usize, auth_timeout: std::time::Duration::from_secs_f64(a.auth_timeout) };
+    let config = tern_engine::server::DaemonConfig { limits, dial: tern_engine::dial::DialPolicy { allow: if a.no_third_party { Vec::new() } else { a.dial_allow } } };
+    tern_engine::server::serve_daemon(listener, Roots::Confined(roots), secret, Arc::new(a.hook.into_iter().collect()), config)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
+/// A may dial B (on loopback): a daemon dials only the peers its operator allowed.
+const ALLOW: [&str; 2] = ["--dial-allow", "127.0.0.1"];
+
 /// Two daemons (different roots, different tokens) and a source tree under A's root.
 struct Pair {
     t: tempfile::TempDir,
@@ -72,7 +75,7 @@ fn copies_a_tree_from_daemon_to_daemon_without_the_data_passing_the_client() {
     for d in ["a", "b"] {
         fs::create_dir(t.path().join(d)).unwrap();
     }
-    let a = Daemon::start_on(&t.path().join("a"), &t.path().join("token-a"), 0, &[("TERN_FAULT_DELAY_MS", "25")]);
+    let a = Daemon::start_with(&t.path().join("a"), &t.path().join("token-a"), 0, &[("TERN_FAULT_DELAY_MS", "25")], &ALLOW);
     let b = Daemon::start(&t.path().join("b"), &t.path().join("token-b"));
     let p = Pair { t, a, b };
     let big = 64 << 20;
@@ -115,7 +118,7 @@ fn copies_a_tree_from_daemon_to_daemon_without_the_data_passing_the_client() {
 
 #[test]
 fn unencrypted_and_with_the_dst_token_from_the_environment() {
-    let p = pair(&[]);
+    let p = pair(&ALLOW);
     source_tree(&p.t.path().join("a/src"), 9 << 20);
     let dst_token = p.b.token_arg();
     let r = tern(&["cp", "-r", "--no-encrypt", "--chunk-size", "1M", &p.a.url("/src"), &p.b.url("/copy"), "--token-file", &p.a.token_arg()], &[("TERN_DST_TOKEN_FILE", &dst_token)]);
@@ -124,20 +127,23 @@ fn unencrypted_and_with_the_dst_token_from_the_environment() {
 }
 
 #[test]
-fn a_daemon_started_with_no_third_party_refuses_in_one_line() {
-    let p = pair(&["--no-third-party"]);
-    source_tree(&p.t.path().join("a/src"), 1000);
-    let r = tern(&["cp", "-r", &p.a.url("/src"), &p.b.url("/copy"), "--token-file", &p.a.token_arg(), "--dst-token-file", &p.b.token_arg(), "--retry-for", "2"], &[]);
-    assert!(!r.ok());
-    let err = r.stderr();
-    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
-    assert!(err.contains("refuses third-party transfers") && err.contains("--no-third-party"), "{err}");
-    assert!(!p.t.path().join("b/copy").exists(), "nothing was created at the destination");
+fn a_daemon_without_dial_allow_refuses_in_one_line() {
+    // The default, and the old --no-third-party switch: the source daemon dials nobody.
+    for extra in [&[][..], &["--no-third-party"][..], &["--dial-allow", "192.0.2.0/24"][..]] {
+        let p = pair(extra);
+        source_tree(&p.t.path().join("a/src"), 1000);
+        let r = tern(&["cp", "-r", &p.a.url("/src"), &p.b.url("/copy"), "--token-file", &p.a.token_arg(), "--dst-token-file", &p.b.token_arg(), "--retry-for", "2"], &[]);
+        assert!(!r.ok());
+        let err = r.stderr();
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert!(err.contains("--dial-allow"), "{extra:?}: {err}");
+        assert!(!p.t.path().join("b/copy").exists(), "nothing was created at the destination");
+    }
 }
 
 #[test]
 fn the_wrong_destination_token_names_the_destination_daemon() {
-    let p = pair(&[]);
+    let p = pair(&ALLOW);
     source_tree(&p.t.path().join("a/src"), 1000);
     // Without --dst-token-file, A's token is used for B too, and B does not know it.
     let r = tern(&["cp", "-r", &p.a.url("/src"), &p.b.url("/copy"), "--token-file", &p.a.token_arg(), "--retry-for", "2"], &[]);
@@ -148,7 +154,7 @@ fn the_wrong_destination_token_names_the_destination_daemon() {
 
 #[test]
 fn a_service_job_from_daemon_to_daemon_runs_to_completion() {
-    let p = pair(&[]);
+    let p = pair(&ALLOW);
     let total = source_tree(&p.t.path().join("a/src"), 5 << 20);
     // The service's own host: a third daemon with the HTTP API, holding neither A's nor B's data.
     let svc = p.t.path().join("svc");
@@ -192,7 +198,7 @@ fn pair_with_faults(env: &[(&str, &str)]) -> (tempfile::TempDir, Daemon, Daemon)
     for d in ["a", "b"] {
         fs::create_dir(t.path().join(d)).unwrap();
     }
-    let a = Daemon::start_on(&t.path().join("a"), &t.path().join("token-a"), 0, env);
+    let a = Daemon::start_with(&t.path().join("a"), &t.path().join("token-a"), 0, env, &ALLOW);
     let b = Daemon::start(&t.path().join("b"), &t.path().join("token-b"));
     (t, a, b)
 }
@@ -217,7 +223,7 @@ fn a_cut_data_stream_is_survived() {
         fs::create_dir(t.path().join(d)).unwrap();
     }
     let env = [("TERN_FAULT_CUT_AFTER", "20971520")];
-    let a = Daemon::start_on(&t.path().join("a"), &t.path().join("token-a"), 0, &env);
+    let a = Daemon::start_with(&t.path().join("a"), &t.path().join("token-a"), 0, &env, &ALLOW);
     let b = Daemon::start(&t.path().join("b"), &t.path().join("token-b"));
     source_tree(&t.path().join("a/src"), 48 << 20);
     let r = tern(&["cp", "-r", "--chunk-size", "1M", "--streams", "4", &a.url("/src"), &b.url("/copy"), "--token-file", &a.token_arg(), "--dst-token-file", &b.token_arg()], &[]);

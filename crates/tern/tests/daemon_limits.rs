@@ -1,0 +1,340 @@
+//! A daemon under attack by clients that hold no token, or hold one and ask too much: silent
+//! and half-open connections, more connections or sessions than its caps, and third-party
+//! requests that would make it dial where its operator did not allow. Real `tern serve`
+//! processes on loopback; the attacker is raw sockets or a hand-driven protocol client.
+
+mod common;
+
+use std::fs;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use common::*;
+use tern_engine::control::{CtrlReader, CtrlWriter};
+use tern_proto::Control;
+use tern_proto::msg::{Options, Role};
+
+/// Threads and open descriptors of a process, from /proc.
+fn threads_and_fds(pid: u32) -> (usize, usize) {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let threads = status.lines().find_map(|l| l.strip_prefix("Threads:")).unwrap().trim().parse().unwrap();
+    let fds = fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count();
+    (threads, fds)
+}
+
+/// Waits (bounded) until the daemon has closed `sock`: EOF or a reset.
+fn closed_by_daemon(mut sock: &TcpStream, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    let mut buf = [0u8; 256];
+    while Instant::now() < deadline {
+        let _ = sock.set_read_timeout(Some(Duration::from_millis(200)));
+        match sock.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+#[test]
+fn silent_and_half_open_connections_neither_exhaust_the_daemon_nor_stop_a_real_copy() {
+    let t = scratch();
+    fs::create_dir(t.path().join("root")).unwrap();
+    let mut d = Daemon::start_with(&t.path().join("root"), &t.path().join("token"), 0, &[], &["--max-connections", "64", "--auth-timeout", "2"]);
+    let pid = d.child.id();
+    // The daemon's start-up probe connection has gone, its reaper thread has started.
+    std::thread::sleep(Duration::from_millis(300));
+    let (base_threads, base_fds) = threads_and_fds(pid);
+
+    // 400 attackers: silent, a control connection's kind byte and nothing more, a data
+    // stream's kind byte and half a TLS record.
+    let mut attackers = Vec::new();
+    let mut failed = 0;
+    for i in 0..400 {
+        match TcpStream::connect_timeout(&format!("127.0.0.1:{}", d.port).parse().unwrap(), Duration::from_secs(5)) {
+            Ok(mut s) => {
+                match i % 3 {
+                    1 => drop(s.write_all(b"C")),
+                    2 => drop(s.write_all(b"D\x16\x03\x01\x02")),
+                    _ => {}
+                }
+                attackers.push(s);
+            }
+            Err(_) => failed += 1,
+        }
+    }
+    let (flood_threads, flood_fds) = threads_and_fds(pid);
+    eprintln!("idle daemon: {base_threads} threads, {base_fds} fds; with {} attacker connections ({failed} did not connect): {flood_threads} threads, {flood_fds} fds", attackers.len());
+    assert!(attackers.len() >= 300, "the kernel took only {} of 400 connections", attackers.len());
+    // 64 connections in all, 16 of them waiting to authenticate, 8 threads telling the
+    // over-cap ones "busy": never one thread per attacker.
+    assert!(flood_threads <= base_threads + 16 + 8 + 2, "{flood_threads} threads under the flood (idle: {base_threads})");
+    assert!(flood_fds <= base_fds + 2 * (16 + 8) + 2, "{flood_fds} descriptors under the flood (idle: {base_fds})");
+
+    // A real client meanwhile: its connections are the newest, the silent ones make room.
+    write_file(&t.path().join("src/a.bin"), 1, 3 << 20);
+    write_file(&t.path().join("src/b.txt"), 2, 1000);
+    let sampler = {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s2 = stop.clone();
+        let h = std::thread::spawn(move || {
+            let mut most = (0, 0);
+            while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+                let (th, fd) = threads_and_fds(pid);
+                most = (most.0.max(th), most.1.max(fd));
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            most
+        });
+        (stop, h)
+    };
+    let r = tern(&["cp", "-r", &t.path().join("src").display().to_string(), &d.url("/copy"), "--token-file", &d.token_arg()], &[]);
+    sampler.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (most_threads, most_fds) = sampler.1.join().unwrap();
+    assert!(r.ok(), "a real copy failed under the flood: {}", r.stderr());
+    assert_same_tree(&t.path().join("src"), &t.path().join("root/copy"));
+    eprintln!("during the copy: at most {most_threads} threads, {most_fds} fds");
+    assert!(most_threads <= base_threads + 64 + 8 + 32, "{most_threads} threads (idle: {base_threads})");
+    assert!(most_fds <= base_fds + 2 * (64 + 8) + 8, "{most_fds} descriptors (idle: {base_fds})");
+
+    // Every attacker is closed: the oldest dropped for newcomers, the rest at the deadline.
+    let started = Instant::now();
+    let open = attackers.iter().filter(|s| !closed_by_daemon(s, Duration::from_secs(30))).count();
+    assert_eq!(open, 0, "{open} silent connections still open");
+    eprintln!("all attacker connections closed {:.1} s after the copy", started.elapsed().as_secs_f64());
+    drop(attackers);
+    // And the daemon is back to its idle size.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (th, fd) = threads_and_fds(pid);
+        if th <= base_threads + 1 && fd <= base_fds + 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "daemon did not shrink back: {th} threads, {fd} fds (idle: {base_threads}, {base_fds})");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    d.kill9();
+}
+
+/// A control session that authenticated and opened (as a receiver of `/held`), then idles.
+fn held_session(d: &Daemon) -> (CtrlReader, CtrlWriter, TcpStream) {
+    let (mut r, w, sock) = authenticated(d);
+    let mut o = Options { chunk_size: 1 << 20, streams: 1, ..Options::default() };
+    o.set_recursive(true);
+    w.send(&Control::Open { server_role: Role::Receiver, options: o, sources: vec![b"/x".to_vec()], destination: b"/held".to_vec() }).unwrap();
+    match r.recv().unwrap() {
+        Control::Ready { .. } => {}
+        other => panic!("expected Ready, got {other:?}"),
+    }
+    (r, w, sock)
+}
+
+/// A control connection that passed TLS, Hello and Auth with the daemon's token.
+fn authenticated(d: &Daemon) -> (CtrlReader, CtrlWriter, TcpStream) {
+    let sock = TcpStream::connect(("127.0.0.1", d.port)).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    (&sock).write_all(b"C").unwrap();
+    let (halves, exporter) = tern_engine::transport::tls_control_client(sock.try_clone().unwrap()).unwrap();
+    let mut r = CtrlReader::new(halves.reader);
+    let w = CtrlWriter::new(halves.writer);
+    let secret = fs::read(&d.token).unwrap();
+    let key = tern_proto::auth::token_key(secret.trim_ascii());
+    tern_engine::handshake::client(&mut r, &w, &key, &exporter, "the daemon", false, None).unwrap();
+    (r, w, sock)
+}
+
+#[test]
+fn over_its_caps_a_daemon_says_it_is_busy_in_one_line() {
+    let t = scratch();
+    fs::create_dir(t.path().join("root")).unwrap();
+    write_file(&t.path().join("f.txt"), 1, 1000);
+    let f = t.path().join("f.txt").display().to_string();
+
+    // Sessions: one at a time.
+    let d = Daemon::start_with(&t.path().join("root"), &t.path().join("token"), 0, &[], &["--max-sessions", "1"]);
+    let held = held_session(&d);
+    let r = tern(&["cp", &f, &d.url("/one.txt"), "--token-file", &d.token_arg()], &[]);
+    assert!(!r.ok());
+    let err = r.stderr();
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(err.contains("daemon busy: 1 sessions running; try again later"), "{err}");
+    // Its place is given back when it ends.
+    let _ = held.2.shutdown(Shutdown::Both);
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = tern(&["cp", &f, &d.url("/one.txt"), "--token-file", &d.token_arg()], &[]);
+        if r.ok() {
+            break;
+        }
+        assert!(Instant::now() < deadline && r.stderr().contains("daemon busy"), "{}", r.stderr());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(d);
+
+    // Connections: two in all, both taken by authenticated sessions.
+    let d = Daemon::start_with(&t.path().join("root"), &t.path().join("token2"), 0, &[], &["--max-connections", "2"]);
+    let _h1 = held_session(&d);
+    let _h2 = held_session(&d);
+    let r = tern(&["cp", &f, &d.url("/two.txt"), "--token-file", &d.token_arg(), "--streams", "1"], &[]);
+    assert!(!r.ok());
+    let err = r.stderr();
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(err.contains("daemon busy: 2 connections open; try again later"), "{err}");
+}
+
+/// A token holder's third-party request: "send /src to ADDR". Returns the daemon's answer.
+fn ask_to_dial(d: &Daemon, addr: &str) -> Result<(), String> {
+    let (mut r, w, _sock) = authenticated(d);
+    let mut o = Options { chunk_size: 1 << 20, streams: 4, ..Options::default() };
+    o.set_recursive(true);
+    o.set_third_party(true);
+    w.send(&Control::Open { server_role: Role::Sender, options: o, sources: vec![b"/src".to_vec()], destination: Vec::new() }).unwrap();
+    w.send(&Control::Dial { addr: addr.as_bytes().to_vec(), session_id: [7; 16], ticket: [9; 32] }).unwrap();
+    loop {
+        match r.recv() {
+            Ok(Control::Fatal { message, .. }) => return Err(message),
+            Ok(_) => continue,
+            Err(e) => return Err(format!("connection: {e}")),
+        }
+    }
+}
+
+/// A listener that counts the connections it gets.
+fn listener() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let n = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let n2 = n.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            n2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            // Hold it open, say nothing (a service that is not tern).
+            std::thread::spawn(move || {
+                let mut b = [0u8; 1024];
+                while matches!((&s).read(&mut b), Ok(n) if n > 0) {}
+            });
+        }
+    });
+    (port, n)
+}
+
+#[test]
+fn a_daemon_dials_only_where_its_operator_allowed() {
+    let t = scratch();
+    fs::create_dir_all(t.path().join("root/src")).unwrap();
+    write_file(&t.path().join("root/src/f"), 1, 1000);
+    let (port, seen) = listener();
+    let target = format!("127.0.0.1:{port}");
+    let attempts = [target.clone(), format!("[::ffff:127.0.0.1]:{port}"), format!("localhost:{port}"), format!("0.0.0.0:{port}")];
+
+    // The default: nobody.
+    let d = Daemon::start(&t.path().join("root"), &t.path().join("token"));
+    for a in &attempts {
+        let e = ask_to_dial(&d, a).unwrap_err();
+        assert!(e.contains("dials no third-party peers") && e.contains("--dial-allow"), "{a}: {e}");
+    }
+    drop(d);
+    // Another network allowed: still not this one, nor its spellings.
+    let d = Daemon::start_with(&t.path().join("root"), &t.path().join("token"), 0, &[], &["--dial-allow", "198.18.0.0/15", "--dial-allow", "127.0.0.2"]);
+    for a in &attempts {
+        let e = ask_to_dial(&d, a).unwrap_err();
+        assert!(e.contains("is not one of them") && e.contains("--dial-allow"), "{a}: {e}");
+    }
+    drop(d);
+    assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 0, "a refused address was connected to");
+
+    // Allowed, but not a tern daemon holding the ticket: a silent listener, a closed port and
+    // one that answers garbage all get the same answer at the same time, and the silent
+    // listener gets one connection, not one per stream.
+    let closed = free_port();
+    let garbage = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let p = l.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for mut s in l.incoming().flatten() {
+                let _ = s.write_all(b"SSH-2.0-OpenSSH_9.6\r\n");
+            }
+        });
+        p
+    };
+    let d = Daemon::start_with(&t.path().join("root"), &t.path().join("token"), 0, &[], &["--dial-allow", "127.0.0.1"]);
+    let answers: Vec<(String, Duration)> = std::thread::scope(|s| {
+        let hs: Vec<_> = [port, closed, garbage]
+            .into_iter()
+            .map(|p| {
+                let d = &d;
+                s.spawn(move || {
+                    let started = Instant::now();
+                    let e = ask_to_dial(d, &format!("127.0.0.1:{p}")).unwrap_err();
+                    (e.replace(&p.to_string(), "PORT"), started.elapsed())
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    eprintln!("silent listener, closed port, garbage: {answers:?}");
+    assert!(answers.iter().all(|a| a.0 == answers[0].0), "different answers: {answers:?}");
+    assert!(answers[0].0.contains("opened no data stream to 127.0.0.1:PORT that proved this session's ticket"), "{}", answers[0].0);
+    // Every failure is answered at the dial deadline (10 s), never sooner.
+    assert!(answers.iter().all(|a| a.1 >= Duration::from_secs(10)), "{answers:?}");
+    assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 1, "one probe connection, not one per stream");
+}
+
+#[test]
+fn the_daemon_logs_one_plain_access_line_per_session() {
+    let t = scratch();
+    fs::create_dir(t.path().join("root")).unwrap();
+    write_file(&t.path().join("src/a.bin"), 1, 100_000);
+    let log = t.path().join("serve.log");
+    let mut child = std::process::Command::new(tern_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--root"])
+        .arg(t.path().join("root"))
+        .arg("--token-file")
+        .arg(t.path().join("token"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let port = loop {
+        let text = fs::read_to_string(&log).unwrap_or_default();
+        if let Some(p) = text.split("listening on 127.0.0.1:").nth(1).and_then(|r| r.split_whitespace().next()).and_then(|p| p.parse::<u16>().ok()) {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "daemon did not start: {text}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let token = t.path().join("token").display().to_string();
+    let url = |p: &str| format!("tern://127.0.0.1:{port}/{p}");
+    let r = tern(&["cp", "-r", &t.path().join("src").display().to_string(), &url("copy"), "--token-file", &token], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    let r = tern(&["cp", "-r", &t.path().join("src").display().to_string(), &url("../x"), "--token-file", &token], &[]);
+    assert!(!r.ok());
+    // Each session's line is written when it ends.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let text = loop {
+        let text = fs::read_to_string(&log).unwrap();
+        if text.matches("access: ").count() >= 2 {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "no access lines: {text}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(!text.contains('\x1b'), "colour codes in a log file: {text:?}");
+    assert!(!text.contains("WARN"), "warnings for ordinary sessions: {text}");
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("access: ")).collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    let ok = lines.iter().find(|l| l.contains("result=ok")).unwrap_or_else(|| panic!("{text}"));
+    for part in ["INFO", "peer=127.0.0.1:", "auth=token", "op=receive", "dest=\"/copy\"", "files=1", "bytes=100000", "secs="] {
+        assert!(ok.contains(part), "{part} missing: {ok}");
+    }
+    let bad = lines.iter().find(|l| l.contains("result=failed")).unwrap_or_else(|| panic!("{text}"));
+    assert!(bad.contains("dest=\"/../x\"") && bad.contains("not allowed"), "{bad}");
+}
