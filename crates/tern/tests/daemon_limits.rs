@@ -66,7 +66,17 @@ fn silent_and_half_open_connections_neither_exhaust_the_daemon_nor_stop_a_real_c
             Err(_) => failed += 1,
         }
     }
-    let (flood_threads, flood_fds) = threads_and_fds(pid);
+    // Threads of connections the gate just dropped take a moment to wind down: right after the
+    // flood the count is bounded loosely (never one per attacker), and settles to the design
+    // bound within a second or two.
+    let (peak_threads, _) = threads_and_fds(pid);
+    assert!(peak_threads <= base_threads + 100, "{peak_threads} threads right after 400 connections (idle: {base_threads})");
+    let settle = Instant::now() + Duration::from_secs(3);
+    let (mut flood_threads, mut flood_fds) = threads_and_fds(pid);
+    while (flood_threads > base_threads + 16 + 8 + 2 || flood_fds > base_fds + 2 * (16 + 8) + 2) && Instant::now() < settle {
+        std::thread::sleep(Duration::from_millis(50));
+        (flood_threads, flood_fds) = threads_and_fds(pid);
+    }
     eprintln!("idle daemon: {base_threads} threads, {base_fds} fds; with {} attacker connections ({failed} did not connect): {flood_threads} threads, {flood_fds} fds", attackers.len());
     assert!(attackers.len() >= 300, "the kernel took only {} of 400 connections", attackers.len());
     // 64 connections in all, 16 of them waiting to authenticate, 8 threads telling the
