@@ -15,10 +15,10 @@ use crate::store::{JobStore, NewToken, StoreError, StoreResult};
 
 /// Applied in order; `PRAGMA user_version` records how many ran. Never edit a shipped one: add
 /// the next file instead.
-const MIGRATIONS: &[&str] = &[include_str!("../migrations/sqlite/0001_init.sql"), include_str!("../migrations/sqlite/0002_fair_share.sql")];
+const MIGRATIONS: &[&str] = &[include_str!("../migrations/sqlite/0001_init.sql"), include_str!("../migrations/sqlite/0002_fair_share.sql"), include_str!("../migrations/sqlite/0003_run_as.sql")];
 
 const JOB_COLUMNS: &str = "id, state, spec, owner, created_at, updated_at, started_at, finished_at, not_before, attempts, retries, progress, summary, error, notified";
-const TOKEN_COLUMNS: &str = "id, name, scope, path_prefix, created_by, created_at, expires_at, revoked_at, last_used_at";
+const TOKEN_COLUMNS: &str = "id, name, scope, path_prefix, created_by, created_at, expires_at, revoked_at, last_used_at, run_as";
 
 /// How long a write waits for another process's lock before the request fails with "locked".
 const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -38,6 +38,7 @@ fn db(e: rusqlite::Error) -> StoreError {
 
 impl SqliteStore {
     pub fn open(path: &Path) -> StoreResult<Self> {
+        owner_only(path)?;
         let conn = Connection::open(path).map_err(|e| StoreError::Db(format!("cannot open {}: {e}", path.display())))?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(db)?;
         // WAL: outside readers never block the writer. FULL: a commit survives power loss, so
@@ -119,6 +120,24 @@ fn job_row(r: &Row<'_>) -> rusqlite::Result<Result<Job, StoreError>> {
     }))
 }
 
+/// The database holds token hashes and every job's paths: 0600, made so before SQLite opens it
+/// (SQLite gives the -wal and -shm files the database file's mode).
+fn owner_only(path: &Path) -> StoreResult<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let f = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path).map_err(|e| StoreError::Db(format!("cannot open {}: {e}", path.display())))?;
+    let meta = f.metadata().map_err(|e| StoreError::Db(format!("cannot stat {}: {e}", path.display())))?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        tracing::warn!("{} was readable by others (mode {:o}); made it 0600", path.display(), meta.permissions().mode() & 0o777);
+        f.set_permissions(std::fs::Permissions::from_mode(0o600)).map_err(|e| StoreError::Db(format!("cannot chmod 600 {}: {e}", path.display())))?;
+        for side in ["-wal", "-shm"] {
+            let mut p = path.as_os_str().to_owned();
+            p.push(side);
+            let _ = std::fs::set_permissions(std::path::PathBuf::from(p), std::fs::Permissions::from_mode(0o600));
+        }
+    }
+    Ok(())
+}
+
 fn token_row(r: &Row<'_>) -> rusqlite::Result<Result<TokenInfo, StoreError>> {
     let id: String = r.get(0)?;
     let scope: String = r.get(2)?;
@@ -133,6 +152,7 @@ fn token_row(r: &Row<'_>) -> rusqlite::Result<Result<TokenInfo, StoreError>> {
         expires_at: r.get(6)?,
         revoked_at: r.get(7)?,
         last_used_at: r.get(8)?,
+        run_as: r.get(9)?,
     }))
 }
 
@@ -160,9 +180,7 @@ impl JobStore for SqliteStore {
 
     fn list_jobs(&self, state: Option<JobState>, owner: Option<&str>, limit: u32) -> StoreResult<Vec<Job>> {
         let c = self.lock();
-        let mut st = c
-            .prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR owner = ?2) ORDER BY id DESC LIMIT ?3"))
-            .map_err(db)?;
+        let mut st = c.prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE (?1 IS NULL OR state = ?1) AND (?2 IS NULL OR owner = ?2) ORDER BY id DESC LIMIT ?3")).map_err(db)?;
         let rows = st.query_map(params![state.map(JobState::as_str), owner, limit], job_row).map_err(db)?;
         rows.map(|r| r.map_err(db).and_then(|x| x)).collect()
     }
@@ -247,9 +265,7 @@ impl JobStore for SqliteStore {
 
     fn waiting_with_deadline(&self) -> StoreResult<Vec<Job>> {
         let c = self.lock();
-        let mut st = c
-            .prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE state IN ('queued','retrying') AND json_extract(spec, '$.options.deadline') IS NOT NULL"))
-            .map_err(db)?;
+        let mut st = c.prepare_cached(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE state IN ('queued','retrying') AND json_extract(spec, '$.options.deadline') IS NOT NULL")).map_err(db)?;
         let rows = st.query_map([], job_row).map_err(db)?;
         rows.map(|r| r.map_err(db).and_then(|x| x)).collect()
     }
@@ -270,9 +286,7 @@ impl JobStore for SqliteStore {
     fn recover_interrupted(&self, now: i64) -> StoreResult<u64> {
         let c = self.lock();
         // The interrupted attempt does not count: the service died, not the transfer.
-        let n = c
-            .execute("UPDATE jobs SET state = 'queued', attempts = MAX(attempts - 1, 0), updated_at = ?1 WHERE state = 'running'", [now])
-            .map_err(db)?;
+        let n = c.execute("UPDATE jobs SET state = 'queued', attempts = MAX(attempts - 1, 0), updated_at = ?1 WHERE state = 'running'", [now]).map_err(db)?;
         Ok(n as u64)
     }
 
@@ -316,8 +330,8 @@ impl JobStore for SqliteStore {
     fn insert_token(&self, t: &NewToken<'_>, now: i64) -> StoreResult<TokenInfo> {
         let c = self.lock();
         c.query_row(
-            &format!("INSERT INTO tokens (id, name, scope, hash, path_prefix, created_by, created_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) RETURNING {TOKEN_COLUMNS}"),
-            params![t.id, t.name, t.scope.as_str(), &t.hash[..], t.path_prefix, t.created_by, now, t.expires_at],
+            &format!("INSERT INTO tokens (id, name, scope, hash, path_prefix, created_by, created_at, expires_at, run_as) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) RETURNING {TOKEN_COLUMNS}"),
+            params![t.id, t.name, t.scope.as_str(), &t.hash[..], t.path_prefix, t.created_by, now, t.expires_at, t.run_as],
             token_row,
         )
         .map_err(db)?
