@@ -120,7 +120,7 @@ mod tests {
         std::os::unix::fs::symlink("in", data.join("alice/inl")).unwrap();
         std::os::unix::fs::symlink("nowhere/../../bob", data.join("alice/dangling")).unwrap();
         std::os::unix::fs::symlink("/etc", data.join("etcl")).unwrap();
-        let r = Roots::new(&[data.clone()], &[data.join("state")]).unwrap();
+        let r = Roots::new(std::slice::from_ref(&data), &[data.join("state")]).unwrap();
         let d = data.canonicalize().unwrap();
         let a = d.join("alice");
         let s = |p: &str| format!("{}/{p}", d.display());
