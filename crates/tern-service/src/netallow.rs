@@ -5,7 +5,7 @@
 //! endpoint or anything on the internal network. The operator opens more with
 //! `--webhook-allow HOST|IP|CIDR`.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 
 /// One `--webhook-allow` entry.
 #[derive(Debug, Clone, PartialEq)]
@@ -137,18 +137,20 @@ pub fn host_port(url: &str) -> Result<(String, u16), String> {
     Ok((host.to_ascii_lowercase(), port))
 }
 
-/// Whether the service may POST to `url`; resolves the host name (blocking).
-pub fn check_webhook(url: &str, allow: &[Allow]) -> Result<(), String> {
+/// Whether the service may POST to `url`: the addresses it may connect to for it (resolved
+/// now, blocking). The caller connects to exactly these, so a name cannot resolve to something
+/// else between the check and the connection (DNS rebinding).
+pub fn check_webhook(url: &str, allow: &[Allow]) -> Result<Vec<SocketAddr>, String> {
     let (host, port) = host_port(url)?;
-    if allow.iter().any(|a| *a == Allow::Host(host.clone())) {
-        return Ok(());
-    }
-    let addrs: Vec<IpAddr> = (host.as_str(), port).to_socket_addrs().map_err(|e| format!("notify '{url}': cannot resolve {host}: {e}"))?.map(|a| a.ip()).collect();
+    let addrs: Vec<SocketAddr> = (host.as_str(), port).to_socket_addrs().map_err(|e| format!("notify '{url}': cannot resolve {host}: {e}"))?.collect();
     if addrs.is_empty() {
         return Err(format!("notify '{url}': {host} has no address"));
     }
+    if allow.iter().any(|a| *a == Allow::Host(host.clone())) {
+        return Ok(addrs);
+    }
     let own = own_addresses();
-    for ip in addrs {
+    for ip in addrs.iter().map(SocketAddr::ip) {
         if allow.iter().any(|a| a.contains(ip)) {
             continue;
         }
@@ -158,7 +160,7 @@ pub fn check_webhook(url: &str, allow: &[Allow]) -> Result<(), String> {
             ));
         }
     }
-    Ok(())
+    Ok(addrs)
 }
 
 #[cfg(test)]
@@ -173,10 +175,11 @@ mod tests {
             assert!(check_webhook(bad, &[]).unwrap_err().contains("internal"), "{bad}");
         }
         assert!(check_webhook("http://8.8.8.8/hook", &[]).is_ok());
-        let allow = [Allow::parse("127.0.0.0/8").unwrap(), Allow::parse("hooks.internal").unwrap()];
+        let allow = [Allow::parse("127.0.0.0/8").unwrap(), Allow::parse("LocalHost").unwrap()];
+        assert_eq!(Allow::parse("LocalHost").unwrap(), Allow::Host("localhost".into()));
         assert!(check_webhook("http://127.0.0.1:9/x", &allow).is_ok());
-        assert!(check_webhook("http://hooks.internal/x", &allow).is_ok(), "an allowed name is not resolved");
         assert!(check_webhook("http://[::1]/", &allow).is_err());
+        assert!(check_webhook("http://localhost:9/", &allow).is_ok(), "an allowed name");
         assert!(Allow::parse("10.0.0.0/33").is_err() && Allow::parse("a b").is_err());
         assert_eq!(host_port("https://u:p@Example.org:8443/a?b").unwrap(), ("example.org".into(), 8443));
         assert!(check_webhook("ftp://x/", &[]).is_err());

@@ -131,7 +131,7 @@ impl Policy {
     /// The webhook URL (blocking: resolves the host).
     pub fn check_notify(&self, spec: &JobSpec) -> Result<(), Refusal> {
         match spec.notify.as_deref() {
-            Some(url) if !url.starts_with("mailto:") => crate::netallow::check_webhook(url, &self.webhook_allow).map_err(no),
+            Some(url) if !url.starts_with("mailto:") => crate::netallow::check_webhook(url, &self.webhook_allow).map(|_| ()).map_err(no),
             _ => Ok(()),
         }
     }
