@@ -31,11 +31,7 @@ impl Resolver for Pinned {
 }
 
 fn agent(addrs: Vec<SocketAddr>) -> ureq::Agent {
-    let tls = ureq::tls::TlsConfig::builder()
-        .provider(ureq::tls::TlsProvider::Rustls)
-        .unversioned_rustls_crypto_provider(crate::tls::provider())
-        .root_certs(ureq::tls::RootCerts::WebPki)
-        .build();
+    let tls = ureq::tls::TlsConfig::builder().provider(ureq::tls::TlsProvider::Rustls).unversioned_rustls_crypto_provider(crate::tls::provider()).root_certs(ureq::tls::RootCerts::WebPki).build();
     let config = ureq::Agent::config_builder().tls_config(tls).timeout_global(Some(TIMEOUT)).http_status_as_error(false).max_redirects(0).proxy(None).build();
     ureq::Agent::with_parts(config, DefaultConnector::new(), Pinned(addrs))
 }
