@@ -224,6 +224,7 @@ impl Runner {
         let token = blocking(move || store.list_tokens()).await.ok().and_then(|all| all.into_iter().find(|t| Some(&t.id) == owner.as_ref()));
         let checked = match &token {
             None => Err(format!("job {id}'s token no longer exists; resubmit it with a live token")),
+            Some(t) if t.revoked_at.is_some() => Err(format!("token {} that submitted job {id} was revoked; resubmit it with a live token", t.id)),
             Some(t) => self.cfg.policy.check_job(&job.spec, t).map_err(|r| r.message),
         };
         let who = token.as_ref().map(|t| format!("token '{}' ({})", t.name, t.id)).unwrap_or_else(|| "an unknown token".into());

@@ -553,7 +553,7 @@ fn token(t: TokenCommand) -> Result<ExitCode> {
             if conn.json {
                 println!("{v}");
             } else {
-                println!("{:<16}  {:<8}  {:<8}  {:<20}  PATH", "ID", "SCOPE", "STATUS", "NAME");
+                println!("{:<16}  {:<8}  {:<8}  {:<20}  {:<12}  PATH", "ID", "SCOPE", "STATUS", "NAME", "RUN-AS");
                 let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
                 for t in v["tokens"].as_array().into_iter().flatten() {
                     let status = if !t["revoked_at"].is_null() {
@@ -563,7 +563,7 @@ fn token(t: TokenCommand) -> Result<ExitCode> {
                     } else {
                         "live"
                     };
-                    println!("{:<16}  {:<8}  {:<8}  {:<20}  {}", s(&t["id"]), s(&t["scope"]), status, s(&t["name"]), s(&t["path_prefix"]));
+                    println!("{:<16}  {:<8}  {:<8}  {:<20}  {:<12}  {}", s(&t["id"]), s(&t["scope"]), status, s(&t["name"]), s(&t["run_as"]), s(&t["path_prefix"]));
                 }
             }
         }

@@ -1115,6 +1115,11 @@ fn service_token_prefix_holds_against_symlinks_at_submit_and_at_start() {
     }
     let id = submit(&s, &alice, &[&p("alice/in"), &p("alice/out")]);
     assert_eq!(job(&c, id)["state"], "queued");
+    // And a job whose token is revoked while it waits does not run either.
+    let carol = s.token("transfer", &["--name", "carol"]);
+    let carols = submit(&s, &carol, &[&p("alice/in"), &p("carol-out")]);
+    let (code, _, err) = s.cli(&s.admin(), &["token", "revoke", carol.split('_').nth(1).unwrap()]);
+    assert_eq!(code, 0, "{err}");
     std::fs::rename(data.join("alice/in"), data.join("alice/in.old")).unwrap();
     std::os::unix::fs::symlink("../bob", data.join("alice/in")).unwrap();
     c.call("POST", &format!("/v1/jobs/{blocker}/cancel"), None).unwrap();
@@ -1123,6 +1128,10 @@ fn service_token_prefix_holds_against_symlinks_at_submit_and_at_start() {
     let j = job(&c, id);
     assert!(j["state"] == "failed" && j["error"].as_str().unwrap().contains("resolves outside"), "{j}");
     assert!(!data.join("alice/out").exists(), "nothing of bob's was copied");
+    let (code, _, _) = s.cli(&s.admin(), &["wait", &carols.to_string()]);
+    let j = job(&c, carols);
+    assert!(code == 1 && j["error"].as_str().unwrap().contains("was revoked"), "{j}");
+    assert!(!data.join("carol-out").exists());
 }
 
 /// A throwaway local account, removed (with its home) on drop.
@@ -1241,4 +1250,9 @@ fn service_state_is_private_and_operator_endpoints_work() {
     let c = Client::new(&s2.url(), "", Some(&cert)).unwrap();
     assert_eq!(c.call("GET", "/healthz", None).unwrap(), json!({ "ok": true }));
     assert_eq!(c.call("GET", "/metrics", None).unwrap_err().status, 401, "metrics need a token by default");
+    // The client trusts the system's store (here SSL_CERT_FILE) without --ca-file.
+    let mut cmd = Command::new(tern_bin());
+    cmd.args(["jobs", "--json"]).env("TERN_SERVER", s2.url()).env("TERN_TOKEN", s2.admin()).env("SSL_CERT_FILE", &cert).env_remove("TERN_CA_FILE").stdin(Stdio::null());
+    let out = run_bounded(cmd, Duration::from_secs(60));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
