@@ -136,3 +136,40 @@ impl Policy {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::JobOptions;
+
+    fn token(scope: Scope) -> TokenInfo {
+        TokenInfo { id: "t1".into(), name: "t".into(), scope, path_prefix: None, created_by: None, created_at: 0, expires_at: None, revoked_at: None, last_used_at: None, run_as: None }
+    }
+
+    fn spec(src: &str, dst: &str) -> JobSpec {
+        JobSpec { src: src.into(), dst: dst.into(), sync: false, label: None, notify: None, options: JobOptions::default() }
+    }
+
+    #[test]
+    fn programs_and_hosts_need_admin_or_the_operator() {
+        let p = Policy { allow_hosts: vec!["dtn2".into(), "[::1]".into(), "::1".into()], allow_root_transfers: true, ..Default::default() };
+        let (t, a) = (token(Scope::Transfer), token(Scope::Admin));
+        let ok = spec("tern://dtn2/x", "tern://dtn2:7701/y");
+        assert!(p.check_job(&ok, &t).is_ok());
+        let mut rb = ok.clone();
+        rb.options.remote_bin = Some("/bin/sh -c 'id' #".into());
+        assert!(p.check_job(&rb, &t).unwrap_err().message.contains("options.remote_bin"));
+        assert!(p.check_job(&rb, &a).is_ok(), "admin may name programs");
+        for host in ["tern://dtn3/x", "tern://DTN2.evil/x", "tern://169.254.169.254/x"] {
+            let e = p.check_job(&spec(host, "tern://dtn2/y"), &t).unwrap_err();
+            assert!(e.forbidden && e.message.contains("--allow-host"), "{host}: {}", e.message);
+        }
+        assert!(p.check_job(&spec("tern://DTN2/x", "tern://dtn2/y"), &t).is_ok(), "host names are case-insensitive");
+        assert!(p.check_job(&spec("tern://dtn3/x", "tern://dtn2/y"), &a).is_ok(), "admin reaches any host");
+        // No roots declared: no local path at all.
+        assert!(p.check_job(&spec("/data/x", "tern://dtn2/y"), &a).unwrap_err().message.contains("--job-root"));
+        let mut prefixed = token(Scope::Transfer);
+        prefixed.path_prefix = Some("/alice".into());
+        assert!(p.check_job(&spec("tern://dtn2/bob/x", "tern://dtn2/alice/y"), &prefixed).unwrap_err().message.contains("prefix"));
+    }
+}
