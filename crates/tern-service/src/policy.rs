@@ -97,6 +97,12 @@ impl Policy {
                 return Err(no("options.watch.ready: the log file must not contain '..'"));
             }
         }
+        if let Some(until) = o.watch.as_ref().and_then(|w| w.until.as_deref())
+            && (until.starts_with('/') || until.split('/').any(|c| c == ".."))
+        {
+            // SRC/FILE: an absolute or `..` name would probe for files outside the roots.
+            return Err(no("options.watch.until names a file inside the watched directory: relative, without '..'"));
+        }
         self.account(token)
     }
 
@@ -171,5 +177,8 @@ mod tests {
         let mut prefixed = token(Scope::Transfer);
         prefixed.path_prefix = Some("/alice".into());
         assert!(p.check_job(&spec("tern://dtn2/bob/x", "tern://dtn2/alice/y"), &prefixed).unwrap_err().message.contains("prefix"));
+        let mut w = spec("tern://dtn2/x", "tern://dtn2/y");
+        w.options.watch = Some(crate::model::WatchOptions { until: Some("../../etc/passwd".into()), ..Default::default() });
+        assert!(p.check_job(&w, &a).unwrap_err().message.contains("options.watch.until"));
     }
 }
