@@ -8,6 +8,7 @@
 //! | remote hosts in `src`/`dst` (`host:`, `tern://host`) | admin, or a host the operator allows (`--allow-host`) |
 //! | local `src`/`dst`, `options.token_file`, `options.dst_token_file`, `options.watch.ready` `log:FILE` | beneath the operator's roots and the token's prefix, as the kernel resolves them (`confine.rs`); never the state directory |
 //! | token files | owner-only (0600), else refused with the fix |
+//! | `options.watch.until` | relative to the watched directory, no `..` |
 //! | `notify` | public addresses unless the operator allows more (`netallow.rs`) |
 //! | who the child runs as | a root service: the token's `--run-as` account, else refused unless `--allow-root-transfers` |
 
