@@ -20,6 +20,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::model::{Job, JobSpec, JobState, Scope, TokenInfo, now};
+use crate::policy::{Policy, Refusal};
 use crate::runner::{Runner, blocking};
 use crate::store::{JobStore, NewToken, StoreError};
 use crate::tokens;
@@ -41,13 +42,17 @@ pub struct AppState {
     pub on_done: Arc<dyn Fn(Job) + Send + Sync>,
     /// A mail relay is configured (`--smtp`): `mailto:` notifications are accepted.
     mail: std::sync::atomic::AtomicBool,
+    /// What a token may make the service do (`policy.rs`).
+    pub policy: Arc<Policy>,
+    /// `--metrics-anonymous`: `/metrics` answers without a token.
+    pub metrics_anonymous: bool,
 }
 
 type S = Arc<AppState>;
 
 impl AppState {
-    pub fn new(store: Arc<dyn JobStore>, runner: Arc<Runner>, on_done: Arc<dyn Fn(Job) + Send + Sync>) -> S {
-        Arc::new(Self { store, runner, http: Mutex::default(), touched: Mutex::default(), on_done, mail: Default::default() })
+    pub fn new(store: Arc<dyn JobStore>, runner: Arc<Runner>, on_done: Arc<dyn Fn(Job) + Send + Sync>, policy: Arc<Policy>, metrics_anonymous: bool) -> S {
+        Arc::new(Self { store, runner, http: Mutex::default(), touched: Mutex::default(), on_done, mail: Default::default(), policy, metrics_anonymous })
     }
 
     pub fn with_mail(self: S, on: bool) -> S {
@@ -153,9 +158,14 @@ impl Auth {
         }
     }
 
-    /// Path-prefixed tokens see and touch only their own jobs.
+    /// Each token sees and controls only its own jobs; admin tokens see all.
     fn owns(&self, job: &Job) -> bool {
-        self.0.path_prefix.is_none() || job.owner.as_deref() == Some(self.0.id.as_str())
+        self.0.scope >= Scope::Admin || job.owner.as_deref() == Some(self.0.id.as_str())
+    }
+
+    /// The owner to filter lists by: None (all) for admins.
+    fn owner_filter(&self) -> Option<String> {
+        (self.0.scope < Scope::Admin).then(|| self.0.id.clone())
     }
 }
 
@@ -186,6 +196,7 @@ fn table() -> Routes {
         .add("GET", "/v1/tokens", get(list_tokens))
         .add("DELETE", "/v1/tokens/{id}", delete(revoke_token))
         .add("GET", "/metrics", get(metrics))
+        .add("GET", "/healthz", get(healthz))
         .add("GET", "/openapi.json", get(openapi))
 }
 
@@ -229,6 +240,10 @@ async fn refuse_oversized(req: Request, next: Next) -> Response {
 
 // ---------- jobs ----------
 
+fn refused(r: Refusal) -> ApiError {
+    ApiError::new(if r.forbidden { StatusCode::FORBIDDEN } else { StatusCode::BAD_REQUEST }, r.message)
+}
+
 /// A job as the API shows it: live progress, rate and ETA added.
 fn view(st: &AppState, job: &Job) -> Value {
     let mut v = serde_json::to_value(job).unwrap_or(Value::Null);
@@ -266,18 +281,11 @@ async fn submit(State(st): State<S>, auth: Auth, body: Result<Json<JobSpec>, Jso
     if spec.notify.as_deref().is_some_and(|n| n.starts_with("mailto:")) && !st.mail.load(std::sync::atomic::Ordering::Relaxed) {
         return Err(ApiError::new(StatusCode::BAD_REQUEST, "notify mailto: needs a mail relay, and this service has none (start tern serve with --smtp HOST:PORT), or use an https:// webhook"));
     }
-    if spec.options.ssh.is_some() {
-        auth.require(Scope::Admin).map_err(|_| ApiError::new(StatusCode::FORBIDDEN, "options.ssh names a command the service runs; it needs an admin token"))?;
-    }
-    if spec.runs_command() {
-        auth.require(Scope::Admin)
-            .map_err(|_| ApiError::new(StatusCode::FORBIDDEN, "options.watch.on_arrival is a command the service runs (only tern:// hooks are names); it needs an admin token"))?;
-    }
-    if let Some(prefix) = &auth.0.path_prefix
-        && let Some(p) = spec.paths().into_iter().find(|p| !tokens::path_allowed(prefix, p))
-    {
-        return Err(ApiError::new(StatusCode::FORBIDDEN, format!("path '{p}' is outside this token's prefix {prefix}")));
-    }
+    let (policy, s2, token) = (st.policy.clone(), spec.clone(), auth.0.clone());
+    tokio::task::spawn_blocking(move || policy.check_job(&s2, &token).and_then(|_| policy.check_notify(&s2)))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("policy check: {e}")))?
+        .map_err(refused)?;
     let (store, owner) = (st.store.clone(), auth.0.id.clone());
     let job = blocking(move || store.insert_job(&spec, Some(&owner), now())).await?;
     st.runner.poke();
@@ -299,7 +307,7 @@ async fn list_jobs(State(st): State<S>, auth: Auth, q: Result<Query<ListQuery>, 
         Some(s) => Some(JobState::parse(s).ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, format!("state '{s}' is not one of queued, running, retrying, succeeded, failed, canceled")))?),
     };
     let limit = q.limit.unwrap_or(100).clamp(1, 1000);
-    let owner = auth.0.path_prefix.as_ref().map(|_| auth.0.id.clone());
+    let owner = auth.owner_filter();
     let store = st.store.clone();
     let jobs = blocking(move || store.list_jobs(state, owner.as_deref(), limit)).await?;
     Ok(Json(json!({ "jobs": jobs.iter().map(|j| view(&st, j)).collect::<Vec<_>>() })))
@@ -402,6 +410,8 @@ struct CreateToken {
     expires: Option<String>,
     name: Option<String>,
     path_prefix: Option<String>,
+    /// The local account a root service runs this token's transfers as.
+    run_as: Option<String>,
 }
 
 async fn create_token(State(st): State<S>, auth: Auth, body: Result<Json<CreateToken>, JsonRejection>) -> ApiResult<(StatusCode, Json<Value>)> {
@@ -424,12 +434,30 @@ async fn create_token(State(st): State<S>, auth: Auth, body: Result<Json<CreateT
             return Err(ApiError::new(StatusCode::FORBIDDEN, format!("path prefix {p} is outside this token's prefix {mine}")));
         }
     }
+    if let Some(user) = &req.run_as {
+        let a = crate::runas::lookup(user).map_err(bad)?;
+        if a.uid == 0 {
+            return Err(bad(format!("run-as '{user}' is root; a token without --run-as already means that (and needs --allow-root-transfers)")));
+        }
+    }
     let (id, token) = tokens::generate().map_err(|m| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, m))?;
     let hash = tokens::hash(&token);
     let t = now();
     let (store, creator, prefix) = (st.store.clone(), auth.0.id.clone(), req.path_prefix.clone().or_else(|| auth.0.path_prefix.clone()));
     let info = blocking(move || {
-        store.insert_token(&NewToken { id: &id, name: &name, scope: req.scope, hash: &hash, path_prefix: prefix.as_deref(), created_by: Some(&creator), expires_at: ttl.map(|s| t + s) }, t)
+        store.insert_token(
+            &NewToken {
+                id: &id,
+                name: &name,
+                scope: req.scope,
+                hash: &hash,
+                path_prefix: prefix.as_deref(),
+                created_by: Some(&creator),
+                expires_at: ttl.map(|s| t + s),
+                run_as: req.run_as.as_deref(),
+            },
+            t,
+        )
     })
     .await?;
     let mut v = serde_json::to_value(&info).unwrap_or(Value::Null);
@@ -464,8 +492,17 @@ async fn revoke_token(State(st): State<S>, auth: Auth, Path(id): Path<String>) -
 
 // ---------- metrics, OpenAPI ----------
 
-async fn metrics(State(st): State<S>, auth: Auth) -> ApiResult<Response> {
-    auth.require(Scope::Read)?;
+/// `GET /healthz`: no token; answers once the API serves and the database answers.
+async fn healthz(State(st): State<S>) -> ApiResult<Json<Value>> {
+    let store = st.store.clone();
+    blocking(move || store.live_tokens(Scope::Admin, now())).await?;
+    Ok(Json(json!({ "ok": true })))
+}
+
+async fn metrics(State(st): State<S>, auth: Result<Auth, ApiError>) -> ApiResult<Response> {
+    if !st.metrics_anonymous {
+        auth?.require(Scope::Read)?;
+    }
     let store = st.store.clone();
     let t = blocking(move || store.totals()).await?;
     let mut out = String::new();

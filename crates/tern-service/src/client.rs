@@ -25,8 +25,26 @@ impl std::fmt::Display for CallError {
     }
 }
 
+/// The system's CA bundle, as OpenSSL finds it: `SSL_CERT_FILE`, else the usual paths of
+/// Debian/Ubuntu, RHEL/Fedora, SUSE and Alpine. A site CA installed there is trusted.
+fn system_roots() -> Option<ureq::tls::RootCerts> {
+    let env = std::env::var_os("SSL_CERT_FILE").map(std::path::PathBuf::from);
+    let known = ["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/ca-bundle.pem", "/etc/ssl/cert.pem"].map(std::path::PathBuf::from);
+    env.into_iter().chain(known).find_map(|p| {
+        let pem = std::fs::read(&p).ok()?;
+        let certs: Vec<ureq::tls::Certificate<'static>> = ureq::tls::parse_pem(&pem)
+            .filter_map(|item| match item {
+                Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
+                _ => None,
+            })
+            .collect();
+        (!certs.is_empty()).then(|| ureq::tls::RootCerts::Specific(Arc::new(certs)))
+    })
+}
+
 impl Client {
-    /// `ca_file`: PEM certificates to trust (the service's `tls/cert.pem`); else Mozilla's roots.
+    /// `ca_file`: PEM certificates to trust (the service's `tls/cert.pem`); else the system's
+    /// store (`SSL_CERT_FILE`, or the distribution's bundle), else Mozilla's roots.
     pub fn new(server: &str, token: &str, ca_file: Option<&Path>) -> Result<Self, String> {
         let base = server.trim_end_matches('/').to_string();
         if !base.starts_with("https://") {
@@ -46,7 +64,7 @@ impl Client {
                 }
                 ureq::tls::RootCerts::Specific(Arc::new(certs))
             }
-            None => ureq::tls::RootCerts::WebPki,
+            None => system_roots().unwrap_or(ureq::tls::RootCerts::WebPki),
         };
         let tls = ureq::tls::TlsConfig::builder().provider(ureq::tls::TlsProvider::Rustls).unversioned_rustls_crypto_provider(crate::tls::provider()).root_certs(roots).build();
         // 75 s covers the longest long poll (60 s) plus a slow network.

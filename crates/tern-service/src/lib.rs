@@ -4,11 +4,15 @@
 
 pub mod api;
 pub mod client;
+pub mod confine;
 pub mod dashboard;
 pub mod mail;
 pub mod model;
+pub mod netallow;
 pub mod notify;
 pub mod pg;
+pub mod policy;
+pub mod runas;
 pub mod runner;
 pub mod sqlite;
 pub mod store;
@@ -39,6 +43,11 @@ pub struct ServiceConfig {
     pub smtp: Option<String>,
     pub smtp_from: Option<String>,
     pub runner: RunnerConfig,
+    /// `--tls-cert` and `--tls-key`: the operator's certificate instead of STATE_DIR/tls.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    /// `--metrics-anonymous`.
+    pub metrics_anonymous: bool,
 }
 
 /// What `start` reports once the API is listening.
@@ -62,6 +71,7 @@ pub fn default_state_dir() -> PathBuf {
 pub fn start(cfg: ServiceConfig) -> Result<Started, String> {
     let dir = &cfg.state_dir;
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| format!("cannot create state directory {}: {e}", dir.display()))?;
+    private_dir(dir)?;
     let lock = lock_state_dir(dir)?;
     let store: Arc<dyn JobStore> = store::open(cfg.db.as_deref(), dir).map_err(|e| e.to_string())?;
     let admin_token_file = first_admin_token(store.as_ref(), dir)?;
@@ -72,7 +82,11 @@ pub fn start(cfg: ServiceConfig) -> Result<Started, String> {
     // Read here, outside the runtime: store calls block (PostgreSQL's client would refuse to
     // run inside an async context).
     let pending = store.pending_notifications().map_err(|e| e.to_string())?;
-    let tls_config = tls::load_or_create(dir)?;
+    let tls_config = match (&cfg.tls_cert, &cfg.tls_key) {
+        (Some(c), Some(k)) => tls::load(c, k)?,
+        (None, None) => tls::load_or_create(dir)?,
+        _ => return Err("--tls-cert and --tls-key go together".into()),
+    };
     let mailer = cfg.smtp.as_deref().map(|relay| mail::Mailer::new(relay, cfg.smtp_from.as_deref())).transpose()?.map(Arc::new);
     let mail_enabled = mailer.is_some();
     let listener = std::net::TcpListener::bind(&cfg.http_listen).map_err(|e| format!("cannot listen on {} for HTTPS: {e}", cfg.http_listen))?;
@@ -90,24 +104,39 @@ pub fn start(cfg: ServiceConfig) -> Result<Started, String> {
                     Err(e) => return tracing::error!("https listener: {e}"),
                 };
                 let notify_store = store.clone();
+                let allow = Arc::new(cfg.runner.policy.webhook_allow.clone());
                 let on_done: Arc<dyn Fn(Job) + Send + Sync> = Arc::new(move |job: Job| {
                     if job.spec.notify.is_some() && !job.notified {
-                        tokio::spawn(notify::deliver(notify_store.clone(), mailer.clone(), job));
+                        tokio::spawn(notify::deliver(notify_store.clone(), mailer.clone(), allow.clone(), job));
                     }
                 });
                 let od = on_done.clone();
+                let policy = cfg.runner.policy.clone();
                 let runner = Runner::new(store.clone(), cfg.runner.clone(), Box::new(move |j| od(j)));
                 tokio::spawn(runner.clone().run());
                 // Notifications that were pending when the service last stopped.
                 for j in pending {
                     on_done(j);
                 }
-                let state = api::AppState::new(store, runner, on_done).with_mail(mail_enabled);
+                let state = api::AppState::new(store, runner, on_done, policy, cfg.metrics_anonymous).with_mail(mail_enabled);
                 tls::serve(listener, tls_config, api::router(state)).await;
             });
         })
         .map_err(|e| format!("cannot start the service thread: {e}"))?;
     Ok(Started { addr, admin_token_file })
+}
+
+/// The state directory holds the database and the admin token: owner only. An existing one
+/// that others can enter is tightened, with a warning.
+fn private_dir(dir: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(dir).map_err(|e| format!("cannot stat state directory {}: {e}", dir.display()))?.permissions().mode();
+    if mode & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| format!("state directory {} is open to other users (mode {:o}) and cannot be made 0700: {e}", dir.display(), mode & 0o777))?;
+        tracing::warn!("state directory {} was open to other users (mode {:o}); made it 0700", dir.display(), mode & 0o777);
+    }
+    Ok(())
 }
 
 /// One service per state directory: a second would run every job twice.
@@ -134,12 +163,14 @@ fn first_admin_token(store: &dyn JobStore, dir: &std::path::Path) -> Result<Opti
     let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
     f.write_all(format!("{token}\n").as_bytes()).and_then(|_| f.sync_all()).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     let hash = tokens::hash(&token);
-    store.insert_token(&NewToken { id: &id, name: "first admin", scope: Scope::Admin, hash: &hash, path_prefix: None, created_by: None, expires_at: None }, now()).map_err(|e| e.to_string())?;
+    store
+        .insert_token(&NewToken { id: &id, name: "first admin", scope: Scope::Admin, hash: &hash, path_prefix: None, created_by: None, expires_at: None, run_as: None }, now())
+        .map_err(|e| e.to_string())?;
     Ok(Some(path))
 }
 
 /// Defaults for `tern serve`.
-pub fn runner_config(max_jobs: usize, max_attempts: u32, retry_base: Duration) -> Result<RunnerConfig, String> {
+pub fn runner_config(max_jobs: usize, max_attempts: u32, retry_base: Duration, policy: policy::Policy) -> Result<RunnerConfig, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the tern binary to run jobs with: {e}"))?;
-    Ok(RunnerConfig { exe, max_jobs: max_jobs.max(1), max_attempts: max_attempts.max(1), retry_base })
+    Ok(RunnerConfig { exe, max_jobs: max_jobs.max(1), max_attempts: max_attempts.max(1), retry_base, policy: Arc::new(policy) })
 }

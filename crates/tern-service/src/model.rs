@@ -384,6 +384,9 @@ pub struct TokenInfo {
     pub expires_at: Option<i64>,
     pub revoked_at: Option<i64>,
     pub last_used_at: Option<i64>,
+    /// The local account a root service runs this token's transfers as (`--run-as`).
+    #[serde(default)]
+    pub run_as: Option<String>,
 }
 
 /// Aggregates for `/metrics`.

@@ -14,7 +14,7 @@ use crate::store::JobStore;
 const TRIES: u32 = 5;
 
 /// One delivery with retries; runs as its own task.
-pub async fn deliver(store: Arc<dyn JobStore>, mailer: Option<Arc<Mailer>>, job: Job) {
+pub async fn deliver(store: Arc<dyn JobStore>, mailer: Option<Arc<Mailer>>, allow: Arc<Vec<crate::netallow::Allow>>, job: Job) {
     let Some(target) = job.spec.notify.clone() else { return };
     let id = job.id;
     let job = Arc::new(job);
@@ -22,13 +22,13 @@ pub async fn deliver(store: Arc<dyn JobStore>, mailer: Option<Arc<Mailer>>, job:
         if attempt > 0 {
             tokio::time::sleep(Duration::from_secs(1 << (attempt - 1))).await;
         }
-        let (t, j, m) = (target.clone(), job.clone(), mailer.clone());
+        let (t, j, m, allow) = (target.clone(), job.clone(), mailer.clone(), allow.clone());
         let sent = tokio::task::spawn_blocking(move || match t.strip_prefix("mailto:") {
             Some(addr) => match m {
                 Some(m) => m.send(addr, &j),
                 None => Err("this service has no mail relay (start tern serve with --smtp HOST:PORT)".into()),
             },
-            None => crate::webhook::post(&t, &j),
+            None => crate::webhook::post(&t, &j, &allow),
         })
         .await
         .unwrap_or_else(|e| Err(format!("notification task: {e}")));

@@ -21,13 +21,13 @@ use crate::store::{JobStore, NewToken, StoreError, StoreResult};
 
 /// Applied in order inside one transaction; `tern_schema.version` records how many ran.
 /// Never edit a shipped one: add the next file instead (and its SQLite twin).
-const MIGRATIONS: &[&str] = &[include_str!("../migrations/postgres/0001_init.sql"), include_str!("../migrations/postgres/0002_fair_share.sql")];
+const MIGRATIONS: &[&str] = &[include_str!("../migrations/postgres/0001_init.sql"), include_str!("../migrations/postgres/0002_fair_share.sql"), include_str!("../migrations/postgres/0003_run_as.sql")];
 
 /// Serialises migrations of several services starting against one database.
 const MIGRATION_LOCK: i64 = 0x7465_726e_0001;
 
 const JOB_COLUMNS: &str = "id, state, spec, owner, created_at, updated_at, started_at, finished_at, not_before, attempts, retries, progress, summary, error, notified";
-const TOKEN_COLUMNS: &str = "id, name, scope, path_prefix, created_by, created_at, expires_at, revoked_at, last_used_at";
+const TOKEN_COLUMNS: &str = "id, name, scope, path_prefix, created_by, created_at, expires_at, revoked_at, last_used_at, run_as";
 
 pub struct PgStore {
     config: postgres::Config,
@@ -167,7 +167,7 @@ fn token_row(r: &Row) -> StoreResult<TokenInfo> {
     let id: String = r.get(0);
     let scope: String = r.get(2);
     let Some(scope) = Scope::parse(&scope) else { return Err(corrupt(format!("token {id}: scope '{scope}'"))) };
-    Ok(TokenInfo { id, name: r.get(1), scope, path_prefix: r.get(3), created_by: r.get(4), created_at: r.get(5), expires_at: r.get(6), revoked_at: r.get(7), last_used_at: r.get(8) })
+    Ok(TokenInfo { id, name: r.get(1), scope, path_prefix: r.get(3), created_by: r.get(4), created_at: r.get(5), expires_at: r.get(6), revoked_at: r.get(7), last_used_at: r.get(8), run_as: r.get(9) })
 }
 
 fn states_sql(states: &[JobState]) -> String {
@@ -326,8 +326,8 @@ impl JobStore for PgStore {
     fn insert_token(&self, t: &NewToken<'_>, now: i64) -> StoreResult<TokenInfo> {
         let row = self.with(|c| {
             c.query_one(
-                &format!("INSERT INTO tokens (id, name, scope, hash, path_prefix, created_by, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING {TOKEN_COLUMNS}"),
-                &[&t.id, &t.name, &t.scope.as_str(), &&t.hash[..], &t.path_prefix, &t.created_by, &now, &t.expires_at],
+                &format!("INSERT INTO tokens (id, name, scope, hash, path_prefix, created_by, created_at, expires_at, run_as) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING {TOKEN_COLUMNS}"),
+                &[&t.id, &t.name, &t.scope.as_str(), &&t.hash[..], &t.path_prefix, &t.created_by, &now, &t.expires_at, &t.run_as],
             )
         })?;
         token_row(&row)

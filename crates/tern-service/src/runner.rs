@@ -26,6 +26,8 @@ pub struct RunnerConfig {
     pub max_attempts: u32,
     /// First backoff after a transient failure; doubles per attempt, capped at 5 minutes.
     pub retry_base: Duration,
+    /// Checked again as each attempt starts (links, tokens and files may have changed).
+    pub policy: Arc<crate::policy::Policy>,
 }
 
 /// Longest stdout line kept (a summary with many errors is long, but not this long).
@@ -217,8 +219,45 @@ impl Runner {
             self.release(id).await;
             return;
         }
-        let attempt = self.attempt(&job).await;
+        // The owner's token as it is now, and the policy as it holds now.
+        let (store, owner) = (self.store.clone(), job.owner.clone());
+        let token = blocking(move || store.list_tokens()).await.ok().and_then(|all| all.into_iter().find(|t| Some(&t.id) == owner.as_ref()));
+        let checked = match &token {
+            None => Err(format!("job {id}'s token no longer exists; resubmit it with a live token")),
+            Some(t) if t.revoked_at.is_some() => Err(format!("token {} that submitted job {id} was revoked; resubmit it with a live token", t.id)),
+            Some(t) => self.cfg.policy.check_job(&job.spec, t).map_err(|r| r.message),
+        };
+        let who = token.as_ref().map(|t| format!("token '{}' ({})", t.name, t.id)).unwrap_or_else(|| "an unknown token".into());
+        let account = match checked {
+            Ok(a) => a,
+            Err(why) => {
+                tracing::info!("job {id} refused at start: {who}: {why}");
+                let store = self.store.clone();
+                let w = why.clone();
+                let _ = persist(&format!("job {id}: recording its refusal"), move || store.finish_attempt(id, JobState::Failed, None, Some(&w), 0, now())).await;
+                self.release(id).await;
+                return;
+            }
+        };
+        let as_user = account.as_ref().map(|a| format!(" as user {}", a.name)).unwrap_or_default();
+        // The operator's access log (shown by default, like the daemon's session lines).
+        tracing::info!(target: "tern::access", "job {id} start: {who}{as_user}, attempt {}: {} -> {}", job.attempts, job.spec.src, job.spec.dst);
+        let started = Instant::now();
+        let attempt = self.attempt(&job, account).await;
         let (state, error, not_before) = self.classify(&job, &attempt);
+        let f = |k: &str| attempt.summary.as_ref().and_then(|s| s.get(k)).and_then(Value::as_u64).unwrap_or(0);
+        tracing::info!(
+            target: "tern::access",
+            "job {id} end: {who}, {} -> {}: {}, {} bytes, {} files, {} failed, {:.1} s{}",
+            job.spec.src,
+            job.spec.dst,
+            state.as_str(),
+            f("bytes"),
+            f("files"),
+            f("files_failed"),
+            started.elapsed().as_secs_f64(),
+            error.as_deref().map(|e| format!(": {e}")).unwrap_or_default()
+        );
         let (id, summary) = (job.id, attempt.summary.clone());
         let err = error.clone();
         let store = self.store.clone();
@@ -269,15 +308,23 @@ impl Runner {
         (JobState::Failed, Some(why), 0)
     }
 
-    async fn attempt(&self, job: &Job) -> Attempt {
+    async fn attempt(&self, job: &Job, account: Option<crate::runas::Account>) -> Attempt {
         let mut cmd = tokio::process::Command::new(&self.cfg.exe);
         cmd.args(job.spec.child_args()).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+        if let Some(a) = &account {
+            // The account's own environment: ssh finds its keys and config, not root's.
+            cmd.env("HOME", &a.home).env("USER", &a.name).env("LOGNAME", &a.name).current_dir("/");
+        }
         // Own process group: cancel kills the child and whatever it started (ssh).
         cmd.process_group(0);
         let parent = std::process::id();
         // SAFETY: only async-signal-safe calls (prctl, getppid, _exit) between fork and exec.
         unsafe {
             cmd.pre_exec(move || {
+                if let Some(a) = &account {
+                    crate::runas::drop_to(a)?;
+                }
+                // After the drop: changing credentials clears the parent-death signal.
                 // Die with the service (even kill -9), so a restarted service never races an
                 // old attempt on the same destination. Fires when the spawning *thread* exits:
                 // we spawn from runtime worker threads, which live as long as the service.

@@ -15,10 +15,10 @@ use crate::store::{JobStore, NewToken, StoreError, StoreResult};
 
 /// Applied in order; `PRAGMA user_version` records how many ran. Never edit a shipped one: add
 /// the next file instead.
-const MIGRATIONS: &[&str] = &[include_str!("../migrations/sqlite/0001_init.sql"), include_str!("../migrations/sqlite/0002_fair_share.sql")];
+const MIGRATIONS: &[&str] = &[include_str!("../migrations/sqlite/0001_init.sql"), include_str!("../migrations/sqlite/0002_fair_share.sql"), include_str!("../migrations/sqlite/0003_run_as.sql")];
 
 const JOB_COLUMNS: &str = "id, state, spec, owner, created_at, updated_at, started_at, finished_at, not_before, attempts, retries, progress, summary, error, notified";
-const TOKEN_COLUMNS: &str = "id, name, scope, path_prefix, created_by, created_at, expires_at, revoked_at, last_used_at";
+const TOKEN_COLUMNS: &str = "id, name, scope, path_prefix, created_by, created_at, expires_at, revoked_at, last_used_at, run_as";
 
 /// How long a write waits for another process's lock before the request fails with "locked".
 const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -38,6 +38,7 @@ fn db(e: rusqlite::Error) -> StoreError {
 
 impl SqliteStore {
     pub fn open(path: &Path) -> StoreResult<Self> {
+        owner_only(path)?;
         let conn = Connection::open(path).map_err(|e| StoreError::Db(format!("cannot open {}: {e}", path.display())))?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(db)?;
         // WAL: outside readers never block the writer. FULL: a commit survives power loss, so
@@ -119,11 +120,40 @@ fn job_row(r: &Row<'_>) -> rusqlite::Result<Result<Job, StoreError>> {
     }))
 }
 
+/// The database holds token hashes and every job's paths: 0600, made so before SQLite opens it
+/// (SQLite gives the -wal and -shm files the database file's mode).
+fn owner_only(path: &Path) -> StoreResult<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let f = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path).map_err(|e| StoreError::Db(format!("cannot open {}: {e}", path.display())))?;
+    let meta = f.metadata().map_err(|e| StoreError::Db(format!("cannot stat {}: {e}", path.display())))?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        tracing::warn!("{} was readable by others (mode {:o}); made it 0600", path.display(), meta.permissions().mode() & 0o777);
+        f.set_permissions(std::fs::Permissions::from_mode(0o600)).map_err(|e| StoreError::Db(format!("cannot chmod 600 {}: {e}", path.display())))?;
+        for side in ["-wal", "-shm"] {
+            let mut p = path.as_os_str().to_owned();
+            p.push(side);
+            let _ = std::fs::set_permissions(std::path::PathBuf::from(p), std::fs::Permissions::from_mode(0o600));
+        }
+    }
+    Ok(())
+}
+
 fn token_row(r: &Row<'_>) -> rusqlite::Result<Result<TokenInfo, StoreError>> {
     let id: String = r.get(0)?;
     let scope: String = r.get(2)?;
     let Some(scope) = Scope::parse(&scope) else { return Ok(Err(StoreError::Corrupt(format!("token {id}: scope '{scope}'")))) };
-    Ok(Ok(TokenInfo { id, name: r.get(1)?, scope, path_prefix: r.get(3)?, created_by: r.get(4)?, created_at: r.get(5)?, expires_at: r.get(6)?, revoked_at: r.get(7)?, last_used_at: r.get(8)? }))
+    Ok(Ok(TokenInfo {
+        id,
+        name: r.get(1)?,
+        scope,
+        path_prefix: r.get(3)?,
+        created_by: r.get(4)?,
+        created_at: r.get(5)?,
+        expires_at: r.get(6)?,
+        revoked_at: r.get(7)?,
+        last_used_at: r.get(8)?,
+        run_as: r.get(9)?,
+    }))
 }
 
 fn states_sql(states: &[JobState]) -> String {
@@ -300,8 +330,8 @@ impl JobStore for SqliteStore {
     fn insert_token(&self, t: &NewToken<'_>, now: i64) -> StoreResult<TokenInfo> {
         let c = self.lock();
         c.query_row(
-            &format!("INSERT INTO tokens (id, name, scope, hash, path_prefix, created_by, created_at, expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) RETURNING {TOKEN_COLUMNS}"),
-            params![t.id, t.name, t.scope.as_str(), &t.hash[..], t.path_prefix, t.created_by, now, t.expires_at],
+            &format!("INSERT INTO tokens (id, name, scope, hash, path_prefix, created_by, created_at, expires_at, run_as) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) RETURNING {TOKEN_COLUMNS}"),
+            params![t.id, t.name, t.scope.as_str(), &t.hash[..], t.path_prefix, t.created_by, now, t.expires_at, t.run_as],
             token_row,
         )
         .map_err(db)?

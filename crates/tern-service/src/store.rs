@@ -55,6 +55,8 @@ pub struct NewToken<'a> {
     pub path_prefix: Option<&'a str>,
     pub created_by: Option<&'a str>,
     pub expires_at: Option<i64>,
+    /// The local account this token's transfers run as (a root service only).
+    pub run_as: Option<&'a str>,
 }
 
 pub trait JobStore: Send + Sync + 'static {

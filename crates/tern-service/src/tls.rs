@@ -2,7 +2,7 @@
 //! and the accept loop (rustls with aws-lc-rs, HTTP/1.1 via hyper).
 
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,7 +41,7 @@ pub fn load_or_create(state_dir: &Path) -> Result<Arc<ServerConfig>, String> {
     let dir = state_dir.join("tls");
     let (cert_path, key_path) = (dir.join("cert.pem"), dir.join("key.pem"));
     if !cert_path.exists() && !key_path.exists() {
-        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
         names.extend(hostname());
         let ck = rcgen::generate_simple_self_signed(names).map_err(|e| format!("cannot make a TLS certificate: {e}"))?;
@@ -50,8 +50,13 @@ pub fn load_or_create(state_dir: &Path) -> Result<Arc<ServerConfig>, String> {
         std::fs::write(&cert_path, ck.cert.pem()).map_err(|e| format!("cannot write {}: {e}", cert_path.display()))?;
         tracing::warn!("made a self-signed certificate {}; clients trust it with --ca-file {}", cert_path.display(), cert_path.display());
     }
-    let cert_pem = std::fs::read(&cert_path).map_err(|e| format!("cannot read {}: {e} (remove tls/ to make a new certificate)", cert_path.display()))?;
-    let key_pem = std::fs::read(&key_path).map_err(|e| format!("cannot read {}: {e} (remove tls/ to make a new certificate)", key_path.display()))?;
+    load(&cert_path, &key_path)
+}
+
+/// A certificate chain and its key, PEM (`--tls-cert`, `--tls-key`, or the made ones).
+pub fn load(cert_path: &Path, key_path: &Path) -> Result<Arc<ServerConfig>, String> {
+    let cert_pem = std::fs::read(cert_path).map_err(|e| format!("cannot read {}: {e} (remove tls/ to make a new certificate)", cert_path.display()))?;
+    let key_pem = std::fs::read(key_path).map_err(|e| format!("cannot read {}: {e} (remove tls/ to make a new certificate)", key_path.display()))?;
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_pem).collect::<Result<_, _>>().map_err(|e| format!("{}: {e}", cert_path.display()))?;
     if certs.is_empty() {
         return Err(format!("{} holds no certificate", cert_path.display()));

@@ -151,11 +151,11 @@ fn list_filters_newest_first(b: &dyn Backend) {
 fn tokens_hashed_revoked_and_expiring(b: &dyn Backend) {
     let s = b.open("tokens");
     let (h1, h2) = ([1u8; 32], [2u8; 32]);
-    let t = s.insert_token(&NewToken { id: "a1", name: "first", scope: Scope::Admin, hash: &h1, path_prefix: None, created_by: None, expires_at: None }, 10).unwrap();
+    let t = s.insert_token(&NewToken { id: "a1", name: "first", scope: Scope::Admin, hash: &h1, path_prefix: None, created_by: None, expires_at: None, run_as: None }, 10).unwrap();
     assert_eq!((t.scope, t.created_at, t.revoked_at), (Scope::Admin, 10, None));
-    s.insert_token(&NewToken { id: "r1", name: "portal", scope: Scope::Read, hash: &h2, path_prefix: Some("/data/x"), created_by: Some("a1"), expires_at: Some(100) }, 11).unwrap();
+    s.insert_token(&NewToken { id: "r1", name: "portal", scope: Scope::Read, hash: &h2, path_prefix: Some("/data/x"), created_by: Some("a1"), expires_at: Some(100), run_as: None }, 11).unwrap();
     // The same hash twice is refused (unique index), whatever the backend.
-    assert!(s.insert_token(&NewToken { id: "r2", name: "dup", scope: Scope::Read, hash: &h2, path_prefix: None, created_by: None, expires_at: None }, 12).is_err());
+    assert!(s.insert_token(&NewToken { id: "r2", name: "dup", scope: Scope::Read, hash: &h2, path_prefix: None, created_by: None, expires_at: None, run_as: None }, 12).is_err());
     let r = s.token_by_hash(&h2).unwrap().unwrap();
     assert_eq!((r.id.as_str(), r.path_prefix.as_deref(), r.created_by.as_deref(), r.expires_at), ("r1", Some("/data/x"), Some("a1"), Some(100)));
     assert!(s.token_by_hash(&[3u8; 32]).unwrap().is_none());

@@ -463,7 +463,7 @@ fn serve(a: ServeArgs) -> Result<ExitCode> {
     let secret = load_or_create_token(&a.token_file)?;
     let listener = TcpListener::bind(&a.listen).with_context(|| format!("cannot listen on {}", a.listen))?;
     eprintln!("tern serve: listening on {} for {}", listener.local_addr()?, roots.iter().map(|(n, d)| format!("/{n} = {}", d.display())).collect::<Vec<_>>().join(", "));
-    crate::service_cli::start(&a.service)?;
+    crate::service_cli::start(&a.service, &roots.iter().map(|(_, d)| d.clone()).collect::<Vec<_>>())?;
     if !(a.auth_timeout > 0.0 && a.auth_timeout <= 3600.0) {
         bail!("--auth-timeout {}: give seconds between 0 and 3600", a.auth_timeout);
     }

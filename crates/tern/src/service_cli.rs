@@ -40,16 +40,57 @@ pub struct ServeService {
     /// First retry delay in milliseconds (doubles per attempt, capped at 5 minutes).
     #[arg(long, default_value = "2000", hide = true)]
     retry_base_ms: u64,
+    /// A directory jobs may read and write local paths under, repeatable (resolved by the
+    /// kernel: links may not lead out) [default: the daemon's --root directories].
+    #[arg(long, value_name = "DIR")]
+    job_root: Vec<PathBuf>,
+    /// A host non-admin jobs may reach (ssh `HOST:` or `tern://HOST`), repeatable; `*` for any
+    /// [default: none].
+    #[arg(long, value_name = "HOST")]
+    allow_host: Vec<String>,
+    /// Webhook targets allowed besides public addresses: a host name, IP or CIDR, repeatable.
+    #[arg(long, value_name = "HOST|CIDR")]
+    webhook_allow: Vec<String>,
+    /// A service running as root runs jobs of tokens without --run-as as root (off: refused).
+    #[arg(long)]
+    allow_root_transfers: bool,
+    /// Serve /metrics without a token (for a Prometheus scraper on a trusted network).
+    #[arg(long)]
+    metrics_anonymous: bool,
+    /// The API's certificate chain (PEM) [default: a self-signed one in STATE_DIR/tls].
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 }
 
 /// Starts the service thread if `--http-listen` was given; otherwise does nothing at all.
-pub fn start(a: &ServeService) -> Result<()> {
+/// `daemon_roots`: the daemon's `--root` directories, the default job roots.
+pub fn start(a: &ServeService, daemon_roots: &[PathBuf]) -> Result<()> {
     let Some(listen) = &a.http_listen else { return Ok(()) };
     let state_dir = a.state_dir.clone().unwrap_or_else(tern_service::default_state_dir);
-    let runner = tern_service::runner_config(a.max_jobs, a.max_attempts, Duration::from_millis(a.retry_base_ms)).map_err(|e| anyhow!(e))?;
-    let started =
-        tern_service::start(tern_service::ServiceConfig { state_dir: state_dir.clone(), http_listen: listen.clone(), db: a.db.clone(), smtp: a.smtp.clone(), smtp_from: a.smtp_from.clone(), runner })
-            .map_err(|e| anyhow!(e))?;
+    std::fs::create_dir_all(&state_dir).with_context(|| format!("cannot create state directory {}", state_dir.display()))?;
+    let job_roots = if a.job_root.is_empty() { daemon_roots } else { &a.job_root };
+    let roots = tern_service::confine::Roots::new(job_roots, std::slice::from_ref(&state_dir)).map_err(|e| anyhow!(e))?;
+    let webhook_allow = a.webhook_allow.iter().map(|w| tern_service::netallow::Allow::parse(w)).collect::<Result<Vec<_>, _>>().map_err(|e| anyhow!(e))?;
+    let policy = tern_service::policy::Policy { roots, allow_hosts: a.allow_host.clone(), webhook_allow, allow_root_transfers: a.allow_root_transfers };
+    if tern_service::runas::is_root() && !a.allow_root_transfers {
+        eprintln!("tern serve: the service runs as root: only tokens mapped to a local account (tern token create --run-as USER) can run jobs");
+    }
+    let runner = tern_service::runner_config(a.max_jobs, a.max_attempts, Duration::from_millis(a.retry_base_ms), policy).map_err(|e| anyhow!(e))?;
+    let started = tern_service::start(tern_service::ServiceConfig {
+        state_dir: state_dir.clone(),
+        http_listen: listen.clone(),
+        db: a.db.clone(),
+        smtp: a.smtp.clone(),
+        smtp_from: a.smtp_from.clone(),
+        runner,
+        tls_cert: a.tls_cert.clone(),
+        tls_key: a.tls_key.clone(),
+        metrics_anonymous: a.metrics_anonymous,
+    })
+    .map_err(|e| anyhow!(e))?;
     eprintln!("tern serve: service API on https://{} (state in {}, certificate {})", started.addr, state_dir.display(), state_dir.join("tls/cert.pem").display());
     eprintln!("tern serve: dashboard on https://{}/ (sign in with a token)", started.addr);
     if let Some(p) = started.admin_token_file {
@@ -80,12 +121,22 @@ impl Conn {
         let token = match self.token.as_deref() {
             None => bail!("no token given: pass --token T (or @FILE) or set TERN_TOKEN"),
             Some(t) => match t.strip_prefix('@') {
-                Some(f) => std::fs::read_to_string(f).with_context(|| format!("cannot read token file {f}"))?,
+                Some(f) => read_private(f)?,
                 None => t.to_string(),
             },
         };
         Client::new(server, &token, self.ca_file.as_deref()).map_err(|e| anyhow!(e))
     }
+}
+
+/// A token file must be the owner's alone, as ssh and rsyncd require of theirs.
+fn read_private(f: &str) -> Result<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(f).with_context(|| format!("cannot read token file {f}"))?.permissions().mode();
+    if mode & 0o077 != 0 {
+        bail!("token file {f} is readable by other users (mode {:o}); a token must be private: chmod 600 {f}", mode & 0o777);
+    }
+    std::fs::read_to_string(f).with_context(|| format!("cannot read token file {f}"))
 }
 
 #[derive(Subcommand)]
@@ -241,6 +292,9 @@ pub enum TokenCommand {
         /// Restrict the token's jobs to paths under this absolute prefix.
         #[arg(long)]
         path: Option<String>,
+        /// Run this token's transfers as this local account (a service running as root).
+        #[arg(long, value_name = "USER")]
+        run_as: Option<String>,
         #[command(flatten)]
         conn: Conn,
     },
@@ -475,13 +529,16 @@ fn submit(a: SubmitArgs) -> Result<ExitCode> {
 
 fn token(t: TokenCommand) -> Result<ExitCode> {
     match t {
-        TokenCommand::Create { scope, expires, name, path, conn } => {
+        TokenCommand::Create { scope, expires, name, path, run_as, conn } => {
             let mut body = json!({ "scope": scope, "expires": expires });
             if let Some(n) = name {
                 body["name"] = json!(n);
             }
             if let Some(p) = path {
                 body["path_prefix"] = json!(p);
+            }
+            if let Some(u) = run_as {
+                body["run_as"] = json!(u);
             }
             let v = call(&conn, "POST", "/v1/tokens", Some(&body))?;
             if conn.json {
@@ -496,7 +553,7 @@ fn token(t: TokenCommand) -> Result<ExitCode> {
             if conn.json {
                 println!("{v}");
             } else {
-                println!("{:<16}  {:<8}  {:<8}  {:<20}  PATH", "ID", "SCOPE", "STATUS", "NAME");
+                println!("{:<16}  {:<8}  {:<8}  {:<20}  {:<12}  PATH", "ID", "SCOPE", "STATUS", "NAME", "RUN-AS");
                 let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
                 for t in v["tokens"].as_array().into_iter().flatten() {
                     let status = if !t["revoked_at"].is_null() {
@@ -506,7 +563,7 @@ fn token(t: TokenCommand) -> Result<ExitCode> {
                     } else {
                         "live"
                     };
-                    println!("{:<16}  {:<8}  {:<8}  {:<20}  {}", s(&t["id"]), s(&t["scope"]), status, s(&t["name"]), s(&t["path_prefix"]));
+                    println!("{:<16}  {:<8}  {:<8}  {:<20}  {:<12}  {}", s(&t["id"]), s(&t["scope"]), status, s(&t["name"]), s(&t["run_as"]), s(&t["path_prefix"]));
                 }
             }
         }

@@ -26,7 +26,17 @@ struct Service {
 }
 
 impl Service {
+    /// With the policy the older tests assume: jobs may use anything under `base` (but the
+    /// state directory), reach 127.0.0.1, and run as root when the tests do.
     fn start(base: &Path, env: &[(&str, &str)], extra: &[&str]) -> Self {
+        let b = base.to_str().unwrap();
+        let mut all = vec!["--job-root", b, "--allow-host", "127.0.0.1", "--allow-root-transfers"];
+        all.extend_from_slice(extra);
+        Self::start_bare(base, env, &all)
+    }
+
+    /// Only `extra` on top of the daemon and service addresses: the service's own defaults.
+    fn start_bare(base: &Path, env: &[(&str, &str)], extra: &[&str]) -> Self {
         let root = base.join("root");
         std::fs::create_dir_all(&root).unwrap();
         let mut s = Service {
@@ -56,7 +66,8 @@ impl Service {
             .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stderr(std::fs::OpenOptions::new().create(true).append(true).open(self.state.with_file_name("service.log")).unwrap())
+            .env("TERN_LOG", "info");
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
@@ -134,7 +145,7 @@ fn small_tree(root: &Path) {
 #[test]
 fn service_runs_local_and_daemon_jobs_to_verified_completion() {
     let t = scratch();
-    let s = Service::start(t.path(), &[], &[]);
+    let s = Service::start(t.path(), &[], &["--webhook-allow", "127.0.0.1"]);
     let admin = s.admin();
     let src = t.path().join("src");
     small_tree(&src);
@@ -222,7 +233,7 @@ fn service_refuses_bad_tokens_and_requests_with_clear_statuses() {
     assert_eq!(documented, served, "docs/openapi.json and the served routes differ");
     let nobody = Client::new(&s.url(), "", Some(&s.ca())).unwrap();
     let empty = json!({});
-    for (m, p) in &served {
+    for (m, p) in served.iter().filter(|(_, p)| p != "/healthz") {
         let p = p.replace("{id}", "1");
         let e = nobody.call(m, &p, if m == "POST" { Some(&empty) } else { None }).unwrap_err();
         assert_eq!(e.status, 401, "{m} {p}: {}", e.message);
@@ -980,4 +991,268 @@ fn service_job_applies_include_exclude_rules_in_order() {
     assert!(err.contains("filter pattern 'a['"), "{err}");
     let body = json!({ "src": src.to_str().unwrap(), "dst": dst.to_str().unwrap(), "options": { "filters": ["*.tmp"] } });
     assert_eq!(s.client(&admin).call("POST", "/v1/jobs", Some(&body)).unwrap_err().status, 400);
+}
+
+// ---------- issue 10: the service as an attacker sees it ----------
+
+/// A POST /v1/jobs that must be refused: (status, message).
+fn refused(s: &Service, token: &str, body: &Value) -> (u16, String) {
+    match s.client(token).call("POST", "/v1/jobs", Some(body)) {
+        Ok(v) => panic!("accepted: {v} for {body}"),
+        Err(e) => (e.status, e.message),
+    }
+}
+
+fn all_jobs(s: &Service) -> Vec<Value> {
+    s.client(&s.admin()).call("GET", "/v1/jobs?limit=1000", None).unwrap()["jobs"].as_array().unwrap().clone()
+}
+
+/// The issue's attack: `--remote-bin "/bin/sh -c 'id > pwned' #"` under a transfer token, and
+/// every other field that names a program, a host, a file or an address.
+#[test]
+fn service_refuses_programs_hosts_files_and_webhooks_a_transfer_token_names() {
+    let t = scratch();
+    let s = Service::start(t.path(), &[], &[]);
+    let transfer = s.token("transfer", &["--name", "mallory"]);
+    let base = t.path();
+    write_file(&base.join("one.txt"), 1, 1000);
+    let one = base.join("one.txt");
+    let one = one.to_str().unwrap();
+    let pwned = base.join("pwned");
+
+    let (code, _, err) = s.cli(&transfer, &["submit", one, &format!("127.0.0.1:{}/x", base.display()), "--remote-bin", &format!("/bin/sh -c 'id > {}' #", pwned.display())]);
+    assert!(code != 0 && err.contains("options.remote_bin") && err.contains("admin token") && err.contains("HTTP 403"), "{code} {err}");
+    assert!(all_jobs(&s).is_empty(), "nothing was queued");
+    assert!(!pwned.exists(), "nothing ran");
+
+    let cases: Vec<(Value, &str)> = vec![
+        (json!({ "src": one, "dst": "127.0.0.1:/x", "options": { "ssh": "sh -c evil" } }), "options.ssh"),
+        (json!({ "src": one, "dst": "intranet.example:/x" }), "--allow-host"),
+        (json!({ "src": one, "dst": "tern://10.0.0.1:7700/x" }), "--allow-host"),
+        (json!({ "src": "/etc/shadow", "dst": base.join("s").to_str().unwrap() }), "--job-root"),
+        (json!({ "src": s.state.join("admin.token").to_str().unwrap(), "dst": base.join("a").to_str().unwrap() }), "state directory"),
+        (json!({ "src": one, "dst": "tern://127.0.0.1:1/x", "options": { "token_file": "/etc/shadow" } }), "--job-root"),
+        (json!({ "src": base.to_str().unwrap(), "dst": "tern://127.0.0.1:1/x", "options": { "watch": { "ready": "log:/etc/shadow:^(\\S+)" } } }), "--job-root"),
+        (json!({ "src": one, "dst": base.join("h").to_str().unwrap(), "notify": "http://127.0.0.1:9/hook" }), "--webhook-allow"),
+        (json!({ "src": one, "dst": base.join("h").to_str().unwrap(), "notify": "http://169.254.169.254/latest/meta-data" }), "internal address"),
+        (json!({ "src": one, "dst": base.join("h").to_str().unwrap(), "notify": "http://[::1]:9/" }), "internal address"),
+    ];
+    for (body, want) in &cases {
+        let (code, msg) = refused(&s, &transfer, body);
+        assert!(code == 403 && msg.contains(want), "{body}: {code} {msg}");
+    }
+    // A token file the service would read must be private.
+    let loose = base.join("loose.token");
+    std::fs::write(&loose, "0123456789abcdef0123456789abcdef\n").unwrap();
+    std::fs::set_permissions(&loose, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let (code, msg) = refused(&s, &transfer, &json!({ "src": one, "dst": "tern://127.0.0.1:1/x", "options": { "token_file": loose.to_str().unwrap() } }));
+    assert!(code == 403 && msg.contains(&format!("chmod 600 {}", loose.display())), "{code} {msg}");
+    assert!(all_jobs(&s).is_empty(), "no refused request queued a job");
+    assert!(!pwned.exists());
+}
+
+/// Two transfer tokens and a read token: each sees, lists, cancels and retries only its own
+/// jobs; an admin sees all.
+#[test]
+fn service_jobs_are_visible_only_to_their_owner_and_admins() {
+    let t = scratch();
+    let s = Service::start(t.path(), &[], &[]);
+    let (alice, bob, read) = (s.token("transfer", &["--name", "alice"]), s.token("transfer", &["--name", "bob"]), s.token("read", &["--name", "portal"]));
+    write_file(&t.path().join("src/f"), 3, 5000);
+    let id = submit(&s, &alice, &[t.path().join("src").to_str().unwrap(), t.path().join("dst").to_str().unwrap(), "--label", "alice-secret-run"]);
+    let (code, _, err) = s.cli(&alice, &["wait", &id.to_string()]);
+    assert_eq!(code, 0, "{err}");
+    for (who, tok) in [("bob", &bob), ("read", &read)] {
+        let c = s.client(tok);
+        let list = c.call("GET", "/v1/jobs", None).unwrap();
+        assert_eq!(list["jobs"].as_array().unwrap().len(), 0, "{who} lists alice's job: {list}");
+        assert!(!list.to_string().contains("alice-secret-run") && !list.to_string().contains("/src"), "{who}: {list}");
+        for (m, p) in [
+            ("GET", format!("/v1/jobs/{id}")),
+            ("GET", format!("/v1/jobs/{id}/wait?timeout_s=0")),
+            ("GET", format!("/v1/jobs/{id}/throughput")),
+            ("POST", format!("/v1/jobs/{id}/retry")),
+            ("POST", format!("/v1/jobs/{id}/cancel")),
+        ] {
+            let e = c.call(m, &p, None).unwrap_err();
+            assert!(e.status == 404 || (who == "read" && e.status == 403), "{who} {m} {p}: {e}");
+        }
+    }
+    let (code, out, _) = s.cli(&bob, &["jobs"]);
+    assert!(code == 0 && !out.contains("alice-secret-run"), "{out}");
+    assert_eq!(s.client(&alice).call("GET", "/v1/jobs", None).unwrap()["jobs"].as_array().unwrap().len(), 1);
+    assert_eq!(job(&s.client(&s.admin()), id)["spec"]["label"], "alice-secret-run", "admin sees every job");
+    // Alice can retry her own finished job: it is hers.
+    assert_eq!(s.client(&alice).call("POST", &format!("/v1/jobs/{id}/retry"), None).unwrap_err().status, 409);
+}
+
+/// The issue's `alice/bobl -> bob`: a token confined to alice/ can neither read nor write bob/
+/// through a link, at submit, nor through a link swapped in while the job waited in the queue.
+#[test]
+fn service_token_prefix_holds_against_symlinks_at_submit_and_at_start() {
+    let t = scratch();
+    let s = Service::start(t.path(), &[("TERN_FAULT_DELAY_MS", "50")], &["--max-jobs", "1"]);
+    let data = t.path().join("data");
+    write_file(&data.join("bob/secret.txt"), 7, 100);
+    write_file(&data.join("alice/in/a.txt"), 8, 100);
+    std::os::unix::fs::symlink("../bob", data.join("alice/bobl")).unwrap();
+    let alice = s.token("transfer", &["--path", data.join("alice").to_str().unwrap()]);
+    let p = |x: &str| data.join(x).to_str().unwrap().to_string();
+    for body in [json!({ "src": p("alice/bobl/secret.txt"), "dst": p("alice/stolen") }), json!({ "src": p("alice/in"), "dst": p("alice/bobl/planted") })] {
+        let (code, msg) = refused(&s, &alice, &body);
+        assert!(code == 403 && msg.contains("resolves outside"), "{body}: {code} {msg}");
+    }
+    assert!(!data.join("alice/stolen").exists() && !data.join("bob/planted").exists());
+
+    // Held in the queue behind a slow job (one slot), then the source becomes a link to bob/.
+    write_file(&t.path().join("slow/f"), 9, 4 << 20);
+    let blocker = submit(&s, &s.admin(), &[t.path().join("slow").to_str().unwrap(), t.path().join("slow-dst").to_str().unwrap(), "--chunk-size", "64K", "--streams", "1"]);
+    let c = s.client(&s.admin());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while job(&c, blocker)["state"] != "running" {
+        assert!(Instant::now() < deadline, "the blocker never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let id = submit(&s, &alice, &[&p("alice/in"), &p("alice/out")]);
+    assert_eq!(job(&c, id)["state"], "queued");
+    // And a job whose token is revoked while it waits does not run either.
+    let carol = s.token("transfer", &["--name", "carol"]);
+    let carols = submit(&s, &carol, &[&p("alice/in"), &p("carol-out")]);
+    let (code, _, err) = s.cli(&s.admin(), &["token", "revoke", carol.split('_').nth(1).unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    std::fs::rename(data.join("alice/in"), data.join("alice/in.old")).unwrap();
+    std::os::unix::fs::symlink("../bob", data.join("alice/in")).unwrap();
+    c.call("POST", &format!("/v1/jobs/{blocker}/cancel"), None).unwrap();
+    let (code, _, _) = s.cli(&alice, &["wait", &id.to_string()]);
+    assert_eq!(code, 1, "the job must fail");
+    let j = job(&c, id);
+    assert!(j["state"] == "failed" && j["error"].as_str().unwrap().contains("resolves outside"), "{j}");
+    assert!(!data.join("alice/out").exists(), "nothing of bob's was copied");
+    let (code, _, _) = s.cli(&s.admin(), &["wait", &carols.to_string()]);
+    let j = job(&c, carols);
+    assert!(code == 1 && j["error"].as_str().unwrap().contains("was revoked"), "{j}");
+    assert!(!data.join("carol-out").exists());
+}
+
+/// A throwaway local account, removed (with its home) on drop.
+struct TestUser(String);
+
+impl TestUser {
+    fn create(tag: &str) -> Option<Self> {
+        let name = format!("tt{tag}{}", std::process::id() % 100_000);
+        let ok = Command::new("useradd").args(["-m", "-U", "-s", "/bin/sh", &name]).stdout(Stdio::null()).stderr(Stdio::null()).status().ok()?.success();
+        ok.then(|| TestUser(name))
+    }
+
+    fn id(&self, flag: &str) -> u32 {
+        let out = Command::new("id").args([flag, &self.0]).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    }
+}
+
+impl Drop for TestUser {
+    fn drop(&mut self) {
+        let _ = Command::new("userdel").args(["-r", &self.0]).stdout(Stdio::null()).stderr(Stdio::null()).status();
+    }
+}
+
+fn chown(path: &Path, u: &TestUser, mode: u32) {
+    std::os::unix::fs::chown(path, Some(u.id("-u")), Some(u.id("-g"))).unwrap();
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+}
+
+/// A root service runs each token's jobs as its mapped account: Alice's job cannot read Bob's
+/// file, what she copies is hers, and a token with no mapping is refused.
+#[test]
+fn service_as_root_runs_jobs_as_the_tokens_mapped_user() {
+    // SAFETY: plain syscall.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: run-as needs the tests to run as root");
+        return;
+    }
+    let (Some(alice), Some(bob)) = (TestUser::create("a"), TestUser::create("b")) else {
+        eprintln!("skipped: useradd is not available");
+        return;
+    };
+    let t = scratch();
+    std::fs::set_permissions(t.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let data = t.path().join("data");
+    write_file(&data.join("alice/mine.txt"), 1, 3000);
+    write_file(&data.join("bob/secret.txt"), 2, 3000);
+    std::fs::set_permissions(&data, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    chown(&data.join("alice"), &alice, 0o700);
+    chown(&data.join("alice/mine.txt"), &alice, 0o600);
+    chown(&data.join("bob"), &bob, 0o700);
+    chown(&data.join("bob/secret.txt"), &bob, 0o600);
+    let s = Service::start_bare(t.path(), &[], &["--job-root", data.to_str().unwrap(), "--max-attempts", "1"]);
+
+    let unmapped = s.token("transfer", &[]);
+    let body = json!({ "src": data.join("alice/mine.txt").to_str().unwrap(), "dst": data.join("alice/copy.txt").to_str().unwrap() });
+    let (code, msg) = refused(&s, &unmapped, &body);
+    assert!(code == 403 && msg.contains("runs as root") && msg.contains("--run-as USER") && msg.contains("--allow-root-transfers"), "{code} {msg}");
+    let (code, _, err) = s.cli(&s.admin(), &["token", "create", "--scope", "transfer", "--run-as", "root"]);
+    assert!(code != 0 && err.contains("root"), "{err}");
+
+    let tok = s.token("transfer", &["--run-as", &alice.0, "--name", "alice"]);
+    let ok = submit(&s, &tok, &[data.join("alice/mine.txt").to_str().unwrap(), data.join("alice/copy.txt").to_str().unwrap()]);
+    let (code, _, err) = s.cli(&tok, &["wait", &ok.to_string()]);
+    assert_eq!(code, 0, "alice's own file: {err} {}", job(&s.client(&s.admin()), ok));
+    let meta = std::fs::metadata(data.join("alice/copy.txt")).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), alice.id("-u"), "the copy belongs to alice, not root");
+
+    let steal = submit(&s, &tok, &[data.join("bob/secret.txt").to_str().unwrap(), data.join("alice/stolen.txt").to_str().unwrap()]);
+    let (code, _, _) = s.cli(&tok, &["wait", &steal.to_string()]);
+    let j = job(&s.client(&s.admin()), steal);
+    assert!(code == 1 && j["state"] == "failed", "{j}");
+    assert!(j.to_string().to_lowercase().contains("permission denied"), "{j}");
+    assert!(!data.join("alice/stolen.txt").exists(), "bob's file was not copied");
+    let log = std::fs::read_to_string(t.path().join("service.log")).unwrap();
+    assert!(log.contains(&format!("job {ok} start: token 'alice'")) && log.contains(&format!("as user {}", alice.0)), "{log}");
+    assert!(log.contains(&format!("job {ok} end: token 'alice'")) && log.contains("succeeded, "), "{log}");
+}
+
+/// The operator's side: state files private, a loose token file refused with the fix,
+/// /healthz without a token, anonymous /metrics only when asked, the operator's certificate.
+#[test]
+fn service_state_is_private_and_operator_endpoints_work() {
+    let t = scratch();
+    let s = Service::start(t.path(), &[], &["--metrics-anonymous"]);
+    let admin = s.admin();
+    write_file(&t.path().join("src/f"), 4, 2000);
+    let id = submit(&s, &admin, &[t.path().join("src").to_str().unwrap(), t.path().join("dst").to_str().unwrap()]);
+    assert_eq!(s.cli(&admin, &["wait", &id.to_string()]).0, 0);
+    let mode = |p: &Path| std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(p).unwrap().permissions()) & 0o777;
+    assert_eq!(mode(&s.state), 0o700);
+    for f in ["jobs.db", "jobs.db-wal", "jobs.db-shm", "admin.token", "tls/key.pem"] {
+        assert_eq!(mode(&s.state.join(f)), 0o600, "{f}");
+    }
+    // A token file others can read is refused, with the fix.
+    let file = t.path().join("admin.tok");
+    std::fs::write(&file, &admin).unwrap();
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let (code, _, err) = s.cli(&format!("@{}", file.display()), &["jobs"]);
+    assert!(code != 0 && err.contains(&format!("chmod 600 {}", file.display())), "{err}");
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    assert_eq!(s.cli(&format!("@{}", file.display()), &["jobs"]).0, 0);
+
+    let nobody = Client::new(&s.url(), "", Some(&s.ca())).unwrap();
+    assert_eq!(nobody.call("GET", "/healthz", None).unwrap(), json!({ "ok": true }));
+    assert!(nobody.get_text("/metrics").unwrap().contains("tern_jobs{state=\"succeeded\"} 1"));
+    assert_eq!(nobody.call("GET", "/v1/jobs", None).unwrap_err().status, 401);
+
+    // A second service with the first one's certificate given as the operator's own.
+    let t2 = scratch();
+    let (cert, key) = (t2.path().join("cert.pem"), t2.path().join("key.pem"));
+    std::fs::copy(s.ca(), &cert).unwrap();
+    std::fs::copy(s.state.join("tls/key.pem"), &key).unwrap();
+    let s2 = Service::start(t2.path(), &[], &["--tls-cert", cert.to_str().unwrap(), "--tls-key", key.to_str().unwrap()]);
+    assert!(!s2.state.join("tls").exists(), "no self-signed certificate made");
+    let c = Client::new(&s2.url(), "", Some(&cert)).unwrap();
+    assert_eq!(c.call("GET", "/healthz", None).unwrap(), json!({ "ok": true }));
+    assert_eq!(c.call("GET", "/metrics", None).unwrap_err().status, 401, "metrics need a token by default");
+    // The client trusts the system's store (here SSL_CERT_FILE) without --ca-file.
+    let mut cmd = Command::new(tern_bin());
+    cmd.args(["jobs", "--json"]).env("TERN_SERVER", s2.url()).env("TERN_TOKEN", s2.admin()).env("SSL_CERT_FILE", &cert).env_remove("TERN_CA_FILE").stdin(Stdio::null());
+    let out = run_bounded(cmd, Duration::from_secs(60));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
