@@ -59,7 +59,12 @@ class Service:
             str(tern_bin()), "serve",
             "--listen", "127.0.0.1:0", "--http-listen", http_listen,
             "--root", str(self.root), "--token-file", str(self.daemon_token), "--state-dir", str(self.state),
+            # Jobs copy between the tests' own temporary directories (all under pytest's base).
+            "--job-root", str(self.base.parent), "--allow-host", "127.0.0.1",
         ]  # fmt: skip
+        if os.geteuid() == 0:
+            # A root service runs jobs only as mapped accounts unless the operator says otherwise.
+            cmd.append("--allow-root-transfers")
         # stderr goes to a file, not a pipe: nothing has to drain it, and it is there to read
         # when a test fails.
         self.log = self.base / f"serve-{time.monotonic_ns()}.log"
