@@ -1,0 +1,315 @@
+//! Corruption in flight that TCP's checksum missed (issue 10): a relay between `tern cp` and a
+//! real daemon flips payload bits on the data streams. Every damaged record must be caught and
+//! repaired per chunk (the transfer ends ok, files identical, only damaged and in-flight chunks
+//! sent again), and a path that corrupts everything must end with one clear error, in bounded
+//! time, with nothing corrupt under a final name.
+
+mod common;
+use common::*;
+
+use std::fs;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::thread;
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+/// Bytes at the start of each direction of a connection left alone: the TLS handshake and the
+/// data stream hello (a flip there fails stream setup, which is a different path).
+const CLEAN_PREFIX: u64 = 4096;
+
+/// What the relay did, for the assertions and the report.
+#[derive(Default)]
+struct Stats {
+    /// Bits flipped.
+    flips: AtomicU64,
+    /// Data connections that got at least one flip.
+    damaged_conns: AtomicU64,
+    /// Data connections seen.
+    data_conns: AtomicU64,
+    /// Bytes forwarded on data connections.
+    bytes: AtomicU64,
+}
+
+/// A TCP relay on a loopback port in front of `target`. Control connections (first byte `C`)
+/// pass untouched; on data connections (`D`, `P`) one bit is flipped at seeded random positions,
+/// on average every `gap` bytes, past the first `CLEAN_PREFIX` bytes of each direction.
+struct Relay {
+    port: u16,
+    stop: Arc<AtomicBool>,
+    stats: Arc<Stats>,
+    accept: Option<thread::JoinHandle<()>>,
+}
+
+impl Relay {
+    fn start(target: u16, gap: u64, seed: u64) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(Stats::default());
+        let (stop2, stats2) = (stop.clone(), stats.clone());
+        let accept = thread::spawn(move || {
+            let mut n = 0u64;
+            let mut conns: Vec<thread::JoinHandle<()>> = Vec::new();
+            while !stop2.load(Relaxed) {
+                match listener.accept() {
+                    Ok((client, _)) => {
+                        n += 1;
+                        // Bounded: a runaway client cannot make the relay spawn without end.
+                        assert!(n < 2000, "relay: too many connections");
+                        client.set_nonblocking(false).unwrap();
+                        let server = TcpStream::connect(("127.0.0.1", target)).unwrap();
+                        let (stop, stats) = (stop2.clone(), stats2.clone());
+                        let conn_seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(n);
+                        conns.push(thread::spawn(move || relay_conn(client, server, gap, conn_seed, stop, stats)));
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => thread::sleep(Duration::from_millis(5)),
+                    Err(e) => panic!("relay accept: {e}"),
+                }
+            }
+            for c in conns {
+                let _ = c.join();
+            }
+        });
+        Relay { port, stop, stats, accept: Some(accept) }
+    }
+    fn url(&self, path: &str) -> String {
+        format!("tern://127.0.0.1:{}/{}", self.port, path.trim_start_matches('/'))
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.stop.store(true, Relaxed);
+        if let Some(h) = self.accept.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// xorshift64*: deterministic positions from the seed.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// A gap uniform in [1, 2 * mean].
+    fn gap(&mut self, mean: u64) -> u64 {
+        1 + self.next() % (2 * mean)
+    }
+}
+
+fn relay_conn(client: TcpStream, server: TcpStream, gap: u64, seed: u64, stop: Arc<AtomicBool>, stats: Arc<Stats>) {
+    // The connection kind is the client's first byte.
+    let mut kind = [0u8; 1];
+    if (&client).read_exact(&mut kind).is_err() || (&server).write_all(&kind).is_err() {
+        return;
+    }
+    let data = kind[0] == b'D' || kind[0] == b'P';
+    if data {
+        stats.data_conns.fetch_add(1, Relaxed);
+    }
+    let damaged = Arc::new(AtomicBool::new(false));
+    let pump = |from: TcpStream, to: TcpStream, seed: u64, already: u64| {
+        let (stop, stats, damaged) = (stop.clone(), stats.clone(), damaged.clone());
+        thread::spawn(move || {
+            let mut rng = Rng(seed | 1);
+            let mut pos = already;
+            let mut next_flip = if data { CLEAN_PREFIX + rng.gap(gap) } else { u64::MAX };
+            let mut buf = vec![0u8; 64 << 10];
+            from.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+            loop {
+                let n = match (&from).read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => n,
+                    Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                        if stop.load(Relaxed) {
+                            break;
+                        }
+                        continue;
+                    }
+                    Err(_) => break,
+                };
+                while next_flip < pos + n as u64 {
+                    let i = (next_flip - pos) as usize;
+                    buf[i] ^= 1 << (rng.next() % 8);
+                    stats.flips.fetch_add(1, Relaxed);
+                    if !damaged.swap(true, Relaxed) {
+                        stats.damaged_conns.fetch_add(1, Relaxed);
+                    }
+                    next_flip += rng.gap(gap);
+                }
+                pos += n as u64;
+                if data {
+                    stats.bytes.fetch_add(n as u64, Relaxed);
+                }
+                if (&to).write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+            let _ = from.shutdown(Shutdown::Both);
+            let _ = to.shutdown(Shutdown::Both);
+        })
+    };
+    let up = pump(client.try_clone().unwrap(), server.try_clone().unwrap(), seed, 1);
+    let down = pump(server, client, seed ^ 0x5555_5555, 0);
+    let _ = up.join();
+    let _ = down.join();
+}
+
+const FILES: u64 = 6;
+const FILE_MIB: u64 = 32;
+
+fn make_source(dir: &Path) {
+    for i in 0..FILES {
+        write_file(&dir.join(format!("f{i}.bin")), 100 + i, (FILE_MIB * MIB) as usize);
+    }
+}
+
+/// The most chunk frames one data stream can have in flight when the receiver stops reading it:
+/// the sender's write buffer (256 KiB) and socket send buffer, the relay's socket buffers and
+/// its 64 KiB, the receiver's socket receive buffer and read buffer (256 KiB), each at the
+/// kernel's maximum (`tcp_wmem`, `tcp_rmem`), in chunks of `chunk` bytes, plus the frame being
+/// written. Everything past the damaged record is lost with the stream and sent again.
+fn max_in_flight(chunk: u64) -> u64 {
+    let max = |f: &str| fs::read_to_string(f).ok().and_then(|s| s.split_whitespace().nth(2).and_then(|v| v.parse::<u64>().ok())).unwrap_or(4 * MIB);
+    let (w, r) = (max("/proc/sys/net/ipv4/tcp_wmem"), max("/proc/sys/net/ipv4/tcp_rmem"));
+    (2 * w + 2 * r + (576 << 10)).div_ceil(chunk) + 1
+}
+
+fn repaired(encrypt: bool, push: bool, seed: u64) {
+    let t = scratch();
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let d = Daemon::start(&root, &t.path().join("token"));
+    let relay = Relay::start(d.port, 16 * MIB, seed);
+    let mut args: Vec<String> = vec!["cp".into(), "-r".into(), "--token-file".into(), d.token_arg(), "--streams".into(), "4".into(), "--chunk-size".into(), "1M".into()];
+    if !encrypt {
+        args.push("--no-encrypt".into());
+    }
+    let (src, dst) = if push {
+        let src = t.path().join("src");
+        make_source(&src);
+        args.push(src.display().to_string());
+        args.push(relay.url("/dst"));
+        (src, root.join("dst"))
+    } else {
+        let src = root.join("src");
+        make_source(&src);
+        let dst = t.path().join("dst");
+        args.push(relay.url("/src"));
+        args.push(dst.display().to_string());
+        (src, dst)
+    };
+    let started = Instant::now();
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let r = tern(&argv, &[]);
+    let secs = started.elapsed().as_secs_f64();
+    let s = &relay.stats;
+    let (flips, damaged, conns, bytes) = (s.flips.load(Relaxed), s.damaged_conns.load(Relaxed), s.data_conns.load(Relaxed), s.bytes.load(Relaxed));
+    assert!(r.ok(), "transfer through a corrupting path failed (flips {flips}): {}", r.stderr());
+    assert_same_tree(&src, &dst);
+    assert_no_leftovers(&dst);
+    let resent = r.u64("chunks_resent");
+    eprintln!(
+        "corruption report: encrypt={encrypt} push={push}: {flips} bits flipped on {damaged} of {conns} data connections ({} MiB relayed), chunks_resent={resent} bytes_resent={} reconnects={} in {secs:.1} s",
+        bytes >> 20,
+        r.u64("bytes_resent"),
+        r.json["reconnects"].as_u64().unwrap_or(0),
+    );
+    assert!(flips > 0, "the relay flipped nothing: the test tests nothing");
+    assert!(resent > 0, "flipped bits were repaired without resending anything? {}", r.json);
+    // Each flip damages at most one chunk; each damaged stream (reset at its first bad record)
+    // also loses what it had in flight.
+    let chunk = MIB; // --chunk-size
+    let bound = flips + damaged * max_in_flight(chunk);
+    eprintln!("corruption report: bound {bound} = {flips} flips + {damaged} damaged streams x {} chunks in flight at most", max_in_flight(chunk));
+    assert!(resent <= bound, "resent {resent} chunks for {flips} flips on {damaged} streams: more than the damaged chunks plus those in flight");
+    assert_eq!(r.json["reconnects"].as_u64().unwrap_or(0), 0, "the corrupted streams were repaired in the session, not by reconnecting: {}", r.stderr());
+}
+
+#[test]
+fn corruption_repaired_encrypted_push() {
+    repaired(true, true, 1);
+}
+
+#[test]
+fn corruption_repaired_encrypted_pull() {
+    repaired(true, false, 2);
+}
+
+#[test]
+fn corruption_repaired_plain_push() {
+    repaired(false, true, 3);
+}
+
+#[test]
+fn corruption_repaired_plain_pull() {
+    repaired(false, false, 4);
+}
+
+/// Every record of every data stream corrupted (an attacker injecting, or a hopeless path): a
+/// clear error after a bounded number of resets, in bounded time, nothing corrupt in place.
+fn hopeless(encrypt: bool) {
+    let t = scratch();
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let d = Daemon::start(&root, &t.path().join("token"));
+    // A flip every ~64 KiB: every 1 MiB chunk frame is hit many times.
+    let relay = Relay::start(d.port, 64 << 10, 9);
+    let src = t.path().join("src");
+    make_source(&src);
+    let mut args = vec!["cp", "-r", "--streams", "4"];
+    if !encrypt {
+        args.push("--no-encrypt");
+    }
+    let token = d.token_arg();
+    let (s, u) = (src.display().to_string(), relay.url("/dst"));
+    args.extend(["--token-file", &token, &s, &u]);
+    let started = Instant::now();
+    let r = tern(&args, &[]);
+    let secs = started.elapsed().as_secs_f64();
+    let e = r.stderr();
+    eprintln!(
+        "hopeless report: encrypt={encrypt}: exit {:?} after {secs:.1} s, {} data connections, {} flips; stderr: {e}",
+        r.out.status.code(),
+        relay.stats.data_conns.load(Relaxed),
+        relay.stats.flips.load(Relaxed)
+    );
+    assert!(!r.ok(), "a path that corrupts everything cannot succeed");
+    if encrypt {
+        assert!(e.contains("keep failing authentication") && e.contains("refusing"), "{e}");
+        assert!(e.lines().filter(|l| !l.trim().is_empty()).count() <= 3, "one clear error, not a flood: {e}");
+    } else {
+        // Without encryption a flipped payload bit fails the chunk hash, not the stream: each
+        // file is re-requested chunk by chunk until its own bound, then fails with one line.
+        assert!(e.contains("keep failing"), "{e}");
+    }
+    // Bounded retries: the budget's resets, each replaced by one new stream, plus the first ones.
+    assert!(relay.stats.data_conns.load(Relaxed) <= 4 + 17 + 4, "{} data connections", relay.stats.data_conns.load(Relaxed));
+    // Nothing corrupt under a final name: whatever landed is identical to its source.
+    let dst = root.join("dst");
+    for i in 0..FILES {
+        let name = format!("f{i}.bin");
+        if let Ok(got) = fs::read(dst.join(&name)) {
+            assert!(got == fs::read(src.join(&name)).unwrap(), "{name} landed corrupt");
+        }
+    }
+}
+
+#[test]
+fn corrupting_everything_is_refused_encrypted() {
+    hopeless(true);
+}
+
+#[test]
+fn corrupting_everything_is_refused_plain() {
+    hopeless(false);
+}
