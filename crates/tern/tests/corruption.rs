@@ -34,9 +34,27 @@ struct Stats {
     bytes: AtomicU64,
 }
 
+/// Where the relay flips bits on data connections.
+#[derive(Clone, Copy)]
+enum Damage {
+    /// One bit anywhere, on average every `gap` bytes, past the first `CLEAN_PREFIX` bytes of
+    /// each direction.
+    Anywhere { gap: u64 },
+    /// `--no-encrypt` streams (`P`): one bit in a chunk frame's header (ids, offset, hash, tag),
+    /// in the first frame past every `gap` bytes. The relay follows the framing to find them.
+    PlainHeaders { gap: u64 },
+}
+
+/// Bytes before the first chunk frame of a plain data stream, counting the kind byte: client to
+/// server `P`, `DataHello` (5 + 84) and the go-ahead byte; server to client `DataAccept` (5 + 32).
+const PLAIN_FIRST_FRAME_UP: u64 = 1 + 89 + 1;
+const PLAIN_FIRST_FRAME_DOWN: u64 = 37;
+/// A chunk frame: u32 length, u8 type, then the chunk header (89 bytes with its tag).
+const CHUNK_HEADER_AT: u64 = 5;
+const CHUNK_HEADER_LEN: u64 = 89;
+
 /// A TCP relay on a loopback port in front of `target`. Control connections (first byte `C`)
-/// pass untouched; on data connections (`D`, `P`) one bit is flipped at seeded random positions,
-/// on average every `gap` bytes, past the first `CLEAN_PREFIX` bytes of each direction.
+/// pass untouched; data connections (`D`, `P`) get bits flipped at seeded random positions.
 struct Relay {
     port: u16,
     stop: Arc<AtomicBool>,
@@ -45,7 +63,7 @@ struct Relay {
 }
 
 impl Relay {
-    fn start(target: u16, gap: u64, seed: u64) -> Self {
+    fn start(target: u16, damage: Damage, seed: u64) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -65,7 +83,7 @@ impl Relay {
                         let server = TcpStream::connect(("127.0.0.1", target)).unwrap();
                         let (stop, stats) = (stop2.clone(), stats2.clone());
                         let conn_seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(n);
-                        conns.push(thread::spawn(move || relay_conn(client, server, gap, conn_seed, stop, stats)));
+                        conns.push(thread::spawn(move || relay_conn(client, server, damage, conn_seed, stop, stats)));
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => thread::sleep(Duration::from_millis(5)),
                     Err(e) => panic!("relay accept: {e}"),
@@ -106,7 +124,7 @@ impl Rng {
     }
 }
 
-fn relay_conn(client: TcpStream, server: TcpStream, gap: u64, seed: u64, stop: Arc<AtomicBool>, stats: Arc<Stats>) {
+fn relay_conn(client: TcpStream, server: TcpStream, damage: Damage, seed: u64, stop: Arc<AtomicBool>, stats: Arc<Stats>) {
     // The connection kind is the client's first byte.
     let mut kind = [0u8; 1];
     if (&client).read_exact(&mut kind).is_err() || (&server).write_all(&kind).is_err() {
@@ -116,13 +134,18 @@ fn relay_conn(client: TcpStream, server: TcpStream, gap: u64, seed: u64, stop: A
     if data {
         stats.data_conns.fetch_add(1, Relaxed);
     }
+    let damage = match damage {
+        Damage::PlainHeaders { .. } if kind[0] != b'P' => None,
+        d if data => Some(d),
+        _ => None,
+    };
     let damaged = Arc::new(AtomicBool::new(false));
-    let pump = |from: TcpStream, to: TcpStream, seed: u64, already: u64| {
+    let pump = |from: TcpStream, to: TcpStream, seed: u64, already: u64, first_frame: u64| {
         let (stop, stats, damaged) = (stop.clone(), stats.clone(), damaged.clone());
         thread::spawn(move || {
             let mut rng = Rng(seed | 1);
             let mut pos = already;
-            let mut next_flip = if data { CLEAN_PREFIX + rng.gap(gap) } else { u64::MAX };
+            let mut flips = Flips::new(damage, &mut rng, first_frame);
             let mut buf = vec![0u8; 64 << 10];
             from.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
             loop {
@@ -137,14 +160,12 @@ fn relay_conn(client: TcpStream, server: TcpStream, gap: u64, seed: u64, stop: A
                     }
                     Err(_) => break,
                 };
-                while next_flip < pos + n as u64 {
-                    let i = (next_flip - pos) as usize;
-                    buf[i] ^= 1 << (rng.next() % 8);
-                    stats.flips.fetch_add(1, Relaxed);
+                let flipped = flips.apply(&mut rng, &mut buf[..n], pos);
+                if flipped > 0 {
+                    stats.flips.fetch_add(flipped, Relaxed);
                     if !damaged.swap(true, Relaxed) {
                         stats.damaged_conns.fetch_add(1, Relaxed);
                     }
-                    next_flip += rng.gap(gap);
                 }
                 pos += n as u64;
                 if data {
@@ -158,10 +179,72 @@ fn relay_conn(client: TcpStream, server: TcpStream, gap: u64, seed: u64, stop: A
             let _ = to.shutdown(Shutdown::Both);
         })
     };
-    let up = pump(client.try_clone().unwrap(), server.try_clone().unwrap(), seed, 1);
-    let down = pump(server, client, seed ^ 0x5555_5555, 0);
+    let up = pump(client.try_clone().unwrap(), server.try_clone().unwrap(), seed, 1, PLAIN_FIRST_FRAME_UP);
+    let down = pump(server, client, seed ^ 0x5555_5555, 0, PLAIN_FIRST_FRAME_DOWN);
     let _ = up.join();
     let _ = down.join();
+}
+
+/// One direction's flip schedule.
+struct Flips {
+    damage: Option<Damage>,
+    /// Absolute position of the next flip (`u64::MAX`: none scheduled).
+    next_flip: u64,
+    /// PlainHeaders: where the next frame starts, its length bytes so far, and the position
+    /// from which the next frame gets damaged.
+    frame_at: u64,
+    len_bytes: Vec<u8>,
+    damage_from: u64,
+}
+
+impl Flips {
+    fn new(damage: Option<Damage>, rng: &mut Rng, first_frame: u64) -> Self {
+        let (next_flip, damage_from) = match damage {
+            Some(Damage::Anywhere { gap }) => (CLEAN_PREFIX + rng.gap(gap), u64::MAX),
+            Some(Damage::PlainHeaders { gap }) => (u64::MAX, first_frame + rng.gap(gap)),
+            None => (u64::MAX, u64::MAX),
+        };
+        Flips { damage, next_flip, frame_at: first_frame, len_bytes: Vec::new(), damage_from }
+    }
+
+    /// Flips the scheduled bits in `buf` (which starts at stream position `pos`); returns how many.
+    fn apply(&mut self, rng: &mut Rng, buf: &mut [u8], pos: u64) -> u64 {
+        let end = pos + buf.len() as u64;
+        let mut flipped = 0;
+        loop {
+            if let Some(Damage::PlainHeaders { gap }) = self.damage {
+                // Follow the framing (on the bytes as sent: the flips never touch a length).
+                while self.len_bytes.len() < 4 && self.frame_at + (self.len_bytes.len() as u64) < end {
+                    let at = self.frame_at + self.len_bytes.len() as u64;
+                    if at >= pos {
+                        self.len_bytes.push(buf[(at - pos) as usize]);
+                    } else {
+                        break;
+                    }
+                }
+                if self.len_bytes.len() == 4 {
+                    let len = u32::from_be_bytes(self.len_bytes[..].try_into().unwrap()) as u64;
+                    if self.frame_at >= self.damage_from && self.next_flip == u64::MAX {
+                        self.next_flip = self.frame_at + CHUNK_HEADER_AT + rng.next() % CHUNK_HEADER_LEN;
+                        self.damage_from = self.frame_at + rng.gap(gap);
+                    }
+                    self.frame_at += 4 + len;
+                    self.len_bytes.clear();
+                    continue;
+                }
+            }
+            if self.next_flip >= pos && self.next_flip < end {
+                buf[(self.next_flip - pos) as usize] ^= 1 << (rng.next() % 8);
+                flipped += 1;
+                self.next_flip = match self.damage {
+                    Some(Damage::Anywhere { gap }) => self.next_flip + rng.gap(gap),
+                    _ => u64::MAX,
+                };
+                continue;
+            }
+            return flipped;
+        }
+    }
 }
 
 const FILES: u64 = 6;
@@ -184,12 +267,12 @@ fn max_in_flight(chunk: u64) -> u64 {
     (2 * w + 2 * r + (576 << 10)).div_ceil(chunk) + 1
 }
 
-fn repaired(encrypt: bool, push: bool, seed: u64) {
+fn repaired(encrypt: bool, push: bool, damage: Damage, seed: u64) {
     let t = scratch();
     let root = t.path().join("root");
     fs::create_dir(&root).unwrap();
     let d = Daemon::start(&root, &t.path().join("token"));
-    let relay = Relay::start(d.port, 16 * MIB, seed);
+    let relay = Relay::start(d.port, damage, seed);
     let mut args: Vec<String> = vec!["cp".into(), "-r".into(), "--token-file".into(), d.token_arg(), "--streams".into(), "4".into(), "--chunk-size".into(), "1M".into()];
     if !encrypt {
         args.push("--no-encrypt".into());
@@ -237,22 +320,34 @@ fn repaired(encrypt: bool, push: bool, seed: u64) {
 
 #[test]
 fn corruption_repaired_encrypted_push() {
-    repaired(true, true, 1);
+    repaired(true, true, Damage::Anywhere { gap: 16 * MIB }, 1);
 }
 
 #[test]
 fn corruption_repaired_encrypted_pull() {
-    repaired(true, false, 2);
+    repaired(true, false, Damage::Anywhere { gap: 16 * MIB }, 2);
 }
 
 #[test]
 fn corruption_repaired_plain_push() {
-    repaired(false, true, 3);
+    repaired(false, true, Damage::Anywhere { gap: 16 * MIB }, 3);
 }
 
 #[test]
 fn corruption_repaired_plain_pull() {
-    repaired(false, false, 4);
+    repaired(false, false, Damage::Anywhere { gap: 16 * MIB }, 4);
+}
+
+/// `--no-encrypt`: a flipped bit in a chunk frame's header or tag fails the stream's tag, which
+/// takes the stream-reset path (payload flips above are caught by the chunk hash instead).
+#[test]
+fn plain_header_corruption_repaired_push() {
+    repaired(false, true, Damage::PlainHeaders { gap: 16 * MIB }, 5);
+}
+
+#[test]
+fn plain_header_corruption_repaired_pull() {
+    repaired(false, false, Damage::PlainHeaders { gap: 16 * MIB }, 6);
 }
 
 /// Every record of every data stream corrupted (an attacker injecting, or a hopeless path): a
@@ -263,7 +358,7 @@ fn hopeless(encrypt: bool) {
     fs::create_dir(&root).unwrap();
     let d = Daemon::start(&root, &t.path().join("token"));
     // A flip every ~64 KiB: every 1 MiB chunk frame is hit many times.
-    let relay = Relay::start(d.port, 64 << 10, 9);
+    let relay = Relay::start(d.port, Damage::Anywhere { gap: 64 << 10 }, 9);
     let src = t.path().join("src");
     make_source(&src);
     let mut args = vec!["cp", "-r", "--streams", "4"];
@@ -312,4 +407,29 @@ fn corrupting_everything_is_refused_encrypted() {
 #[test]
 fn corrupting_everything_is_refused_plain() {
     hopeless(false);
+}
+
+/// A peer without Hello bit 5 (an older tern) cannot answer `StreamReset`: corruption stays
+/// fatal for the session, with the old message, as before this feature.
+#[test]
+fn older_peer_keeps_the_fatal_behaviour() {
+    let t = scratch();
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    // Bits 0-4: everything this build has except stream resets.
+    let d = Daemon::start_on(&root, &t.path().join("token"), free_port(), &[("TERN_DEBUG_FEATURES", "31")]);
+    let relay = Relay::start(d.port, Damage::Anywhere { gap: 4 * MIB }, 7);
+    let src = t.path().join("src");
+    make_source(&src);
+    let (s, u, token) = (src.display().to_string(), relay.url("/dst"), d.token_arg());
+    let r = tern(&["cp", "-r", "--streams", "4", "--token-file", &token, &s, &u], &[]);
+    let e = r.stderr();
+    assert!(!r.ok(), "corruption with an older peer is not repaired");
+    assert!(e.contains("failed decryption") && e.contains("refusing it"), "{e}");
+    for i in 0..FILES {
+        let name = format!("f{i}.bin");
+        if let Ok(got) = fs::read(root.join("dst").join(&name)) {
+            assert!(got == fs::read(src.join(&name)).unwrap(), "{name} landed corrupt");
+        }
+    }
 }
