@@ -227,10 +227,11 @@ pub fn serve_session(
     // Streams the client opens join the session as they arrive; the control exchange (the
     // manifest, the first wants) goes on meanwhile instead of waiting a round trip for them.
     let expect_client_streams = conns.is_empty();
-    // Corrupted data streams are reset and repaired if the client can (Hello bit 5); not in a
-    // third-party session, whose relaying client does not pass the messages on. The client
-    // opens the replacements; they join like any late stream.
-    let resets = client_features & tern_proto::msg::FEATURE_STREAM_RESET != 0 && !options.third_party();
+    // Corrupted data streams are reset and repaired if the client can (Hello bit 5). The client
+    // opens the replacements; they join like any late stream. Not in a third-party session,
+    // whose relaying client does not pass the messages on, nor with --reverse, where nobody
+    // could open a replacement and the last reset would leave the session without streams.
+    let resets = client_features & tern_proto::msg::FEATURE_STREAM_RESET != 0 && !options.third_party() && reverse_to.is_none();
     let forward = move |feed: Box<dyn Fn(DataConn) + Send + Sync>, fail: Box<dyn Fn(TransferError) + Send + Sync>| {
         thread::spawn(move || {
             let (feed, fail) = (Arc::new(feed), Arc::new(fail));

@@ -340,8 +340,9 @@ fn run_remote(
     let auth = StreamAuth { session_id, session_key, encrypt: !options.no_encrypt() };
     if let Some(listener) = reverse {
         let conns = accept_reverse(listener, &auth, options.streams)?;
-        // The server dialled these; we cannot open a replacement, the others carry the work.
-        return run_local_role(spec, *options, progress, memory, rate, reader, writer, Streams::Ready(conns), None, push, (resets, None));
+        // The server dialled these and nobody can open a replacement (the server decides the
+        // same): a corrupted stream stays fatal, as without bit 5.
+        return run_local_role(spec, *options, progress, memory, rate, reader, writer, Streams::Ready(conns), None, push, NO_RESETS);
     }
     let data_addr = match data_at {
         Some(a) => a.to_string(),

@@ -43,6 +43,9 @@ enum Damage {
     /// `--no-encrypt` streams (`P`): one bit in a chunk frame's header (ids, offset, hash, tag),
     /// in the first frame past every `gap` bytes. The relay follows the framing to find them.
     PlainHeaders { gap: u64 },
+    /// One bit at byte `at` of the client-to-server direction of the first connection only,
+    /// whatever it carries (an ssh connection: ssh's MAC then fails).
+    OnceOnFirst { at: u64 },
 }
 
 /// Bytes before the first chunk frame of a plain data stream, counting the kind byte: client to
@@ -83,7 +86,8 @@ impl Relay {
                         let server = TcpStream::connect(("127.0.0.1", target)).unwrap();
                         let (stop, stats) = (stop2.clone(), stats2.clone());
                         let conn_seed = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(n);
-                        conns.push(thread::spawn(move || relay_conn(client, server, damage, conn_seed, stop, stats)));
+                        let first = n == 1;
+                        conns.push(thread::spawn(move || relay_conn(client, server, damage, first, conn_seed, stop, stats)));
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => thread::sleep(Duration::from_millis(5)),
                     Err(e) => panic!("relay accept: {e}"),
@@ -124,7 +128,7 @@ impl Rng {
     }
 }
 
-fn relay_conn(client: TcpStream, server: TcpStream, damage: Damage, seed: u64, stop: Arc<AtomicBool>, stats: Arc<Stats>) {
+fn relay_conn(client: TcpStream, server: TcpStream, damage: Damage, first: bool, seed: u64, stop: Arc<AtomicBool>, stats: Arc<Stats>) {
     // The connection kind is the client's first byte.
     let mut kind = [0u8; 1];
     if (&client).read_exact(&mut kind).is_err() || (&server).write_all(&kind).is_err() {
@@ -134,13 +138,15 @@ fn relay_conn(client: TcpStream, server: TcpStream, damage: Damage, seed: u64, s
     if data {
         stats.data_conns.fetch_add(1, Relaxed);
     }
-    let damage = match damage {
-        Damage::PlainHeaders { .. } if kind[0] != b'P' => None,
-        d if data => Some(d),
-        _ => None,
+    let (up_damage, down_damage) = match damage {
+        Damage::OnceOnFirst { .. } if first => (Some(damage), None),
+        Damage::OnceOnFirst { .. } => (None, None),
+        Damage::PlainHeaders { .. } if kind[0] != b'P' => (None, None),
+        d if data => (Some(d), Some(d)),
+        _ => (None, None),
     };
     let damaged = Arc::new(AtomicBool::new(false));
-    let pump = |from: TcpStream, to: TcpStream, seed: u64, already: u64, first_frame: u64| {
+    let pump = |from: TcpStream, to: TcpStream, damage: Option<Damage>, seed: u64, already: u64, first_frame: u64| {
         let (stop, stats, damaged) = (stop.clone(), stats.clone(), damaged.clone());
         thread::spawn(move || {
             let mut rng = Rng(seed | 1);
@@ -179,8 +185,8 @@ fn relay_conn(client: TcpStream, server: TcpStream, damage: Damage, seed: u64, s
             let _ = to.shutdown(Shutdown::Both);
         })
     };
-    let up = pump(client.try_clone().unwrap(), server.try_clone().unwrap(), seed, 1, PLAIN_FIRST_FRAME_UP);
-    let down = pump(server, client, seed ^ 0x5555_5555, 0, PLAIN_FIRST_FRAME_DOWN);
+    let up = pump(client.try_clone().unwrap(), server.try_clone().unwrap(), up_damage, seed, 1, PLAIN_FIRST_FRAME_UP);
+    let down = pump(server, client, down_damage, seed ^ 0x5555_5555, 0, PLAIN_FIRST_FRAME_DOWN);
     let _ = up.join();
     let _ = down.join();
 }
@@ -202,6 +208,7 @@ impl Flips {
         let (next_flip, damage_from) = match damage {
             Some(Damage::Anywhere { gap }) => (CLEAN_PREFIX + rng.gap(gap), u64::MAX),
             Some(Damage::PlainHeaders { gap }) => (u64::MAX, first_frame + rng.gap(gap)),
+            Some(Damage::OnceOnFirst { at }) => (at, u64::MAX),
             None => (u64::MAX, u64::MAX),
         };
         Flips { damage, next_flip, frame_at: first_frame, len_bytes: Vec::new(), damage_from }
@@ -432,4 +439,30 @@ fn older_peer_keeps_the_fatal_behaviour() {
             assert!(got == fs::read(src.join(&name)).unwrap(), "{name} landed corrupt");
         }
     }
+}
+
+/// Over ssh the control channel is ssh's: a flipped bit fails ssh's MAC and ssh exits. That is a
+/// network error, so the client reconnects and resumes; the transfer still ends ok and intact.
+#[test]
+fn corrupted_ssh_control_channel_reconnects_and_resumes() {
+    let Some(sshd) = require_sshd() else { return };
+    let t = scratch();
+    let src = t.path().join("src");
+    // Many small files: a manifest long enough that the flip lands in the session, after ssh's
+    // key exchange and login.
+    for i in 0..3000u64 {
+        write_file(&src.join(format!("d{}/s{i:05}.dat", i % 10)), i, 512 + (i as usize * 37) % 2048);
+    }
+    make_source(&src.join("big"));
+    let dst = t.path().join("dst");
+    let relay = Relay::start(sshd.port, Damage::OnceOnFirst { at: 96 << 10 }, 11);
+    let ssh = format!("ssh -p {} -i {}/userkey -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o ControlPath=none", relay.port, sshd.dir.path().display());
+    let r = tern(&["cp", "-r", "--ssh", &ssh, src.to_str().unwrap(), &format!("127.0.0.1:{}", dst.display())], &[]);
+    let flips = relay.stats.flips.load(Relaxed);
+    eprintln!("ssh control report: {flips} flip(s), exit {:?}, reconnects {}, stderr: {}", r.out.status.code(), r.json["reconnects"], r.stderr());
+    assert_eq!(flips, 1, "the first ssh connection carried fewer bytes than the flip's position: the test tests nothing");
+    assert!(r.ok(), "{}", r.stderr());
+    assert!(r.json["reconnects"].as_u64().unwrap_or(0) >= 1, "a corrupted ssh connection cannot have survived: {}", r.json);
+    assert_same_tree(&src, &dst);
+    assert_no_leftovers(&dst);
 }
