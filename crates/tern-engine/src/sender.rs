@@ -736,3 +736,116 @@ fn broken(log: &StreamLog, events: &Sender<Event>, resets: bool, index: u32, e: 
     }
     let _ = events.send(Event::StreamFailed(TransferError::network(format!("data stream {index}: {}", err_text(e)))));
 }
+
+#[cfg(test)]
+mod reset_tests {
+    //! `StreamReset` against a real sender, with the test as the receiver: it sends again exactly
+    //! what the reset stream had past the frames accepted, on the replacement stream, and refuses
+    //! a reset that names no stream or claims more frames than were sent.
+    use std::io::Read;
+    use std::os::unix::net::UnixStream;
+
+    use tern_proto::frame::FrameHeader;
+
+    use super::*;
+    use crate::transport::{ControlHalves, Stream};
+
+    const CHUNK: u32 = 64 << 10;
+
+    fn conn(s: UnixStream, index: u32) -> DataConn {
+        let s = Stream::Unix(s);
+        DataConn { closer: s.closer(), stream: s, index, tag_key: None, sealer: None, probe: None }
+    }
+
+    /// Reads one chunk frame: its chunk index.
+    fn frame(s: &mut UnixStream) -> u64 {
+        let mut head = [0u8; HEADER_LEN];
+        s.read_exact(&mut head).unwrap();
+        let h = FrameHeader::parse(head, 1 << 30).unwrap();
+        let mut body = vec![0u8; h.body_len as usize];
+        s.read_exact(&mut body).unwrap();
+        ChunkHeader::decode(body[..ChunkHeader::LEN].try_into().unwrap()).index
+    }
+
+    struct Peer {
+        r: CtrlReader,
+        w: CtrlWriter,
+        data: UnixStream,
+        feed: StreamFeed,
+        sender: thread::JoinHandle<Result<Summary, TransferError>>,
+        _dir: tempfile::TempDir,
+    }
+
+    /// A sender of one 3-chunk file on one stream (index 0), after the test wanted all of it.
+    fn start(resets: bool) -> Peer {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, (0..3 * CHUNK).map(|i| (i % 251) as u8).collect::<Vec<_>>()).unwrap();
+        let (c1, c2) = UnixStream::pair().unwrap();
+        let (d1, d2) = UnixStream::pair().unwrap();
+        let options = tern_proto::Options { flags: 0, chunk_size: CHUNK, streams: 1, concurrency: 0 };
+        let params =
+            SenderParams { sources: vec![crate::server::source_spec(&file, false)], options, progress: Arc::default(), memory: Arc::default(), rate: None, filter: Filter::default(), list: None };
+        let sending = Sending::new().with_resets(resets, None);
+        let feed = sending.feed();
+        let h = ControlHalves::from_unix(c1).unwrap();
+        let sender = thread::spawn(move || sending.run(CtrlReader::new(h.reader), Arc::new(CtrlWriter::new(h.writer)), vec![conn(d1, 0)], params));
+        let h = ControlHalves::from_unix(c2).unwrap();
+        let (mut r, w) = (CtrlReader::new(h.reader), CtrlWriter::new(h.writer));
+        while !matches!(r.recv().unwrap(), Control::ManifestEnd { .. }) {}
+        w.send(&Control::Want(vec![WantFile { id: 0, ranges: vec![(0, 3)] }])).unwrap();
+        Peer { r, w, data: d2, feed, sender, _dir: dir }
+    }
+
+    fn refused(p: Peer, reset: Control, want: &str) {
+        let mut p = p;
+        frame(&mut p.data);
+        p.w.send(&reset).unwrap();
+        let e = p.sender.join().unwrap().unwrap_err();
+        assert!(e.message.contains(want), "{e}");
+        assert!(e.message.contains("protocol error"), "{e}");
+    }
+
+    #[test]
+    fn resends_exactly_what_the_reset_stream_had_past_the_accepted_frames() {
+        let mut p = start(true);
+        let sent: Vec<u64> = (0..3).map(|_| frame(&mut p.data)).collect();
+        // The sender's FileEnd follows the three frames; the "receiver" accepted only the first.
+        while !matches!(p.r.recv().unwrap(), Control::FileEnd { .. }) {}
+        p.w.send(&Control::StreamReset { index: 0, received: 1 }).unwrap();
+        match p.r.recv().unwrap() {
+            Control::Resending { index: 0, chunks: 2, bytes } => assert_eq!(bytes, 2 * CHUNK as u64),
+            other => panic!("expected Resending, got {other:?}"),
+        }
+        // The old stream is closed; the replacement carries the two lost chunks, nothing more.
+        let mut rest = Vec::new();
+        assert_eq!(p.data.read_to_end(&mut rest).unwrap_or(0), 0, "nothing more on the reset stream");
+        let (mine, theirs) = UnixStream::pair().unwrap();
+        p.feed.add(conn(theirs, REPLACEMENT_INDEX));
+        let mut mine = mine;
+        // In any order: the reset stream's idle worker may take one and hand it back first.
+        let mut again: Vec<u64> = (0..2).map(|_| frame(&mut mine)).collect();
+        again.sort();
+        assert_eq!(again, sent[1..].to_vec());
+        p.w.send(&Control::FileDone(vec![0])).unwrap();
+        p.w.send(&Control::Summary(Summary::default())).unwrap();
+        while !matches!(p.r.recv().unwrap(), Control::Bye) {}
+        p.w.send(&Control::Bye).unwrap();
+        p.sender.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn refuses_a_reset_of_a_stream_that_does_not_exist() {
+        refused(start(true), Control::StreamReset { index: 7, received: 0 }, "does not exist");
+    }
+
+    #[test]
+    fn refuses_a_reset_claiming_more_frames_than_were_sent() {
+        refused(start(true), Control::StreamReset { index: 0, received: 1_000_000 }, "more frames than were sent");
+    }
+
+    #[test]
+    fn without_the_feature_a_reset_is_a_protocol_error() {
+        refused(start(false), Control::StreamReset { index: 0, received: 0 }, "unexpected message");
+    }
+}
