@@ -431,9 +431,8 @@ fn handle(ctx: &mut Ctx, ev: Event, spawn: &mut dyn FnMut(DataConn), root_cell: 
 const MISMATCH: &str = "whole-file hash";
 
 /// Stream `index` carried a record that failed authentication after `received` good ones, and
-/// its worker closed it (`Event::StreamCorrupt`). The sender
-/// sends again what it had in flight there, and the client opens a replacement. Beyond the
-/// budget the session ends with one clear line.
+/// its worker closed it (`Event::StreamCorrupt`). The sender sends again what it had in flight
+/// there, and the client opens a replacement. Beyond the budget the session ends with one line.
 fn stream_corrupt(ctx: &mut Ctx, index: u32, received: u64, why: String) -> Result<(), TransferError> {
     let r = &mut ctx.repair;
     r.corrupted += 1;
