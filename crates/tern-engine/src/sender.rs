@@ -141,7 +141,15 @@ struct LogState {
     pruned_len: usize,
     /// The session is over: a worker waiting for a reset stops waiting.
     ended: bool,
+    /// Frames below this sequence number were dropped from a full log (see `MAX_LOG`).
+    forgotten: u64,
 }
+
+/// Most frames one stream's log keeps. A file's frames stay until it finishes, and one huge file
+/// is wanted whole; past this many (64 GiB of 1 MiB chunks, far more than any path holds in
+/// flight) the oldest go, and a reset reaching back to them ends the session instead (the
+/// client reconnects and resumes from the journals).
+const MAX_LOG: usize = 1 << 16;
 
 type StreamLogs = Arc<Mutex<HashMap<u32, Arc<StreamLog>>>>;
 
@@ -478,6 +486,9 @@ fn resend_lost(repair: &mut Repair, files: &mut [FileState], work: &Sender<Work>
         if received > st.written {
             return Err(peer_bug("reset claims more frames than were sent"));
         }
+        if received < st.forgotten {
+            return Err(TransferError::network(format!("data stream {index} was reset further back than this side keeps a record of; reconnecting")));
+        }
         st.reset = Some(received);
         log.changed.notify_all();
         let keep = st.frames.iter().take_while(|e| e.0 < received).count();
@@ -661,6 +672,11 @@ fn send_worker(mut conn: DataConn, work: Receiver<Work>, events: Sender<Event>, 
             if st.frames.len() >= 2 * st.pruned_len.max(64) {
                 st.frames.retain(|e| !e.1.file.finished.load(Relaxed));
                 st.pruned_len = st.frames.len();
+            }
+            if st.frames.len() > MAX_LOG
+                && let Some((old, ..)) = st.frames.pop_front()
+            {
+                st.forgotten = old + 1;
             }
         }
         let this = seq;
