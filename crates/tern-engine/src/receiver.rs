@@ -78,7 +78,7 @@ enum Event {
     ChunkBad { id: u64, index: u64, len: u32 },
     WriteFailed { id: u64, error: std::io::Error, what: &'static str },
     StreamFailed(TransferError),
-    StreamCorrupt { index: u32, received: u64, why: String },
+    StreamCorrupt { index: u32, seq: u64, why: String, skipped: bool },
     Finalized { id: u64 },
     FinalizeFailed { id: u64, message: String },
     NewStream(DataConn),
@@ -238,6 +238,13 @@ impl Receiving {
             repair: Repair { resets, reopen, events: events.clone(), next_index: crate::sender::REPLACEMENT_INDEX, corrupted: 0, verified_bytes: 0 },
         };
         let result = main_loop(&mut ctx, &rx, &mut |conn| spawn_worker(conn, &mut closers), &finalizer.1);
+        let result = result.map_err(|e| {
+            crate::control::prefer_peer_fatal(e, &rx, |ev| match ev {
+                Event::Ctrl(Control::Fatal { side, message }) => crate::control::Said::Fatal(TransferError::fatal(side, message)),
+                Event::CtrlFailed(_) => crate::control::Said::Gone,
+                _ => crate::control::Said::Other,
+            })
+        });
         ending.store(true, Relaxed);
         if let Err(e) = &result
             && e.scope == crate::error::Scope::Fatal
@@ -318,7 +325,7 @@ fn handle(ctx: &mut Ctx, ev: Event, spawn: &mut dyn FnMut(DataConn), root_cell: 
     match ev {
         Event::NewStream(conn) => spawn(conn),
         Event::CtrlFailed(e) | Event::StreamFailed(e) => return Err(e),
-        Event::StreamCorrupt { index, received, why } => stream_corrupt(ctx, index, received, why)?,
+        Event::StreamCorrupt { index, seq, why, skipped } => stream_corrupt(ctx, index, seq, why, skipped)?,
         Event::Ctrl(msg) => match msg {
             Control::Resending { chunks, bytes, .. } if ctx.repair.resets => {
                 ctx.summary.chunks_resent += chunks;
@@ -430,10 +437,11 @@ fn handle(ctx: &mut Ctx, ev: Event, spawn: &mut dyn FnMut(DataConn), root_cell: 
 
 const MISMATCH: &str = "whole-file hash";
 
-/// Stream `index` carried a record that failed authentication after `received` good ones, and
-/// its worker closed it (`Event::StreamCorrupt`). The sender sends again what it had in flight
-/// there, and the client opens a replacement. Beyond the budget the session ends with one line.
-fn stream_corrupt(ctx: &mut Ctx, index: u32, received: u64, why: String) -> Result<(), TransferError> {
+/// Frame `seq` of stream `index` failed authentication (`Event::StreamCorrupt`). `skipped`: the
+/// worker skipped it and reads on; the sender sends that chunk again. Otherwise the stream lost
+/// its framing and the worker closed it after `seq` frames: the sender sends again what it had
+/// in flight there, and the client opens a replacement. Beyond the budget the session ends.
+fn stream_corrupt(ctx: &mut Ctx, index: u32, seq: u64, why: String, skipped: bool) -> Result<(), TransferError> {
     let r = &mut ctx.repair;
     r.corrupted += 1;
     if r.corrupted > RESET_BUDGET + r.verified_bytes / RESET_PER_BYTES {
@@ -446,9 +454,13 @@ fn stream_corrupt(ctx: &mut Ctx, index: u32, received: u64, why: String) -> Resu
             ),
         ));
     }
+    if skipped {
+        tracing::info!("data stream {index}: frame {seq} {why}; skipped, and asked for again");
+        return ctx.writer.send(&Control::RecordBad { index, seq });
+    }
     tracing::info!("data stream {index} {why}; resetting it and having its chunks in flight sent again");
     let _ = ctx.p.progress.streams.fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
-    ctx.writer.send(&Control::StreamReset { index, received })?;
+    ctx.writer.send(&Control::StreamReset { index, received: seq })?;
     if let Some(reopen) = r.reopen.clone() {
         let (i, events) = (r.next_index, r.events.clone());
         r.next_index += 1;
@@ -907,20 +919,28 @@ fn recv_worker(mut conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_si
     let trailer = if sealer.is_some() { TAG_LEN } else { 0 };
     let mut r = BufReader::with_capacity(256 << 10, conn.stream);
     let mut buf = vec![0u8; ChunkHeader::LEN + chunk_size as usize + TAG_LEN];
+    // Frames consumed: accepted, or skipped as bad. The sender numbers what it writes the same.
     let mut seq = 0u64;
+    // The previous frame failed too: its length must have been wrong, so this one is misaligned.
+    let mut last_bad = false;
     let fail = |msg: String| {
         if !ending.load(Relaxed) {
             let _ = events.send(Event::StreamFailed(TransferError::network(format!("data stream {index}: {msg}"))));
         }
     };
-    // Nothing after a bad record can be trusted, or even framed: stop reading, close, report.
-    let corrupt = |received: u64, why: &str, fatal_msg: String| {
+    // Past a malformed header or a misaligned skip nothing can be framed: stop reading, close,
+    // report (the stream is reset after `seq` frames).
+    let corrupt = |seq: u64, why: &str, fatal_msg: String| {
         if resets {
             conn.closer.close();
-            let _ = events.send(Event::StreamCorrupt { index, received, why: why.to_string() });
+            let _ = events.send(Event::StreamCorrupt { index, seq, why: why.to_string(), skipped: false });
         } else {
             fatal(&events, fatal_msg);
         }
+    };
+    // A failed record whose frame looked right: skip it (nothing in it is used) and read on.
+    let skip = |seq: u64, why: &str| {
+        let _ = events.send(Event::StreamCorrupt { index, seq, why: why.to_string(), skipped: true });
     };
     loop {
         let mut head = [0u8; HEADER_LEN];
@@ -944,15 +964,29 @@ fn recv_worker(mut conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_si
         if let Some(s) = sealer.as_mut()
             && !s.open(&head, body)
         {
-            return corrupt(seq, "failed decryption (corrupted, injected or reordered data)", format!("data stream {index} failed decryption (corrupted, injected or reordered data); refusing it"));
+            const WHY: &str = "failed decryption (corrupted, injected or reordered data)";
+            if resets && !last_bad {
+                // The sealer's counter moved on with the sender's: the next record opens.
+                skip(seq, WHY);
+                (seq, last_bad) = (seq + 1, true);
+                continue;
+            }
+            return corrupt(seq, WHY, format!("data stream {index} failed decryption (corrupted, injected or reordered data); refusing it"));
         }
         let h = ChunkHeader::decode(body[..ChunkHeader::LEN].try_into().unwrap());
         if let Some(key) = &tag_key
             && !tern_proto::auth::proofs_equal(&h.compute_tag(key, seq), &h.tag)
         {
-            return corrupt(seq, "failed authentication (corrupted, injected or reordered data)", format!("data stream {index} failed authentication (injected or reordered data); refusing it"));
+            const WHY: &str = "failed authentication (corrupted, injected or reordered data)";
+            if resets && !last_bad {
+                skip(seq, WHY);
+                (seq, last_bad) = (seq + 1, true);
+                continue;
+            }
+            return corrupt(seq, WHY, format!("data stream {index} failed authentication (injected or reordered data); refusing it"));
         }
         seq += 1;
+        last_bad = false;
         let data = &mut body[ChunkHeader::LEN..ChunkHeader::LEN + len];
         let hash = chunk_hash(data);
         if hash != h.hash {

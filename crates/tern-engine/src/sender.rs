@@ -234,6 +234,13 @@ impl Sending {
 
         let repair = Repair { resets, reopen, logs: logs.clone(), events: events.clone(), next_index: REPLACEMENT_INDEX };
         let result = self_loop(&rx, &writer, &work_tx, &p, repair, &mut |conn| spawn_worker(conn, &mut closers, &mut workers));
+        let result = result.map_err(|e| {
+            crate::control::prefer_peer_fatal(e, &rx, |ev| match ev {
+                Event::Ctrl(Control::Fatal { side, message }) => crate::control::Said::Fatal(TransferError::fatal(side, message)),
+                Event::CtrlFailed(_) => crate::control::Said::Gone,
+                _ => crate::control::Said::Other,
+            })
+        });
         drop(work_tx);
         for log in logs.lock().unwrap().values() {
             log.state.lock().unwrap().ended = true;
@@ -335,8 +342,11 @@ fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: 
                 if f.chunks > 1 {
                     f.hashes[chunk as usize] = Some(hash);
                 }
-                f.outstanding -= 1;
-                if f.outstanding == 0 && f.chunks > 1 && !f.end_sent && f.state == State::Active {
+                // Saturating: a hostile receiver's bogus resend requests must not wrap it.
+                f.outstanding = f.outstanding.saturating_sub(1);
+                // Every chunk hashed, too: bogus resend requests from a hostile receiver must not
+                // make the count reach zero early and the file hash read a missing one.
+                if f.outstanding == 0 && f.chunks > 1 && !f.end_sent && f.state == State::Active && f.hashes.iter().all(Option::is_some) {
                     f.end_sent = true;
                     let end = file_end(id, f);
                     writer.send(&end)?;
@@ -413,6 +423,11 @@ fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: 
                     f.outstanding += 1;
                     let _ = work.send(item(id, chunk, f, chunk_size, false));
                 }
+                Control::RecordBad { index, seq } if repair.resets => {
+                    let (chunks, bytes) = resend_one(&repair, &mut files, work, index, seq)?;
+                    tracing::info!("data stream {index}: frame {seq} failed authentication at the receiver; sending it again");
+                    writer.send(&Control::Resending { index, chunks, bytes })?;
+                }
                 Control::StreamReset { index, received } if repair.resets => {
                     let (chunks, bytes) = resend_lost(&mut repair, &mut files, work, index, received)?;
                     tracing::info!("data stream {index} was reset by the receiver (a corrupted record); sending its {chunks} chunks in flight again");
@@ -474,6 +489,35 @@ fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: 
 
 fn peer_bug(what: &str) -> TransferError {
     TransferError::fatal(Side::Network, format!("protocol error from the receiver: {what}"))
+}
+
+/// The receiver skipped frame `seq` of stream `index` (it failed authentication): queue its chunk
+/// again. Its `Sent` was or will be reported (the receiver read the whole frame, and a later
+/// reset of the stream starts past it), so, as for `ChunkBad`, it is counted in once more.
+fn resend_one(repair: &Repair, files: &mut [FileState], work: &Sender<Work>, index: u32, seq: u64) -> Result<(u64, u64), TransferError> {
+    let Some(log) = repair.logs.lock().unwrap().get(&index).cloned() else { return Err(peer_bug("bad record on a data stream that does not exist")) };
+    let w = {
+        let st = log.state.lock().unwrap();
+        if seq >= st.written {
+            return Err(peer_bug("bad record that was not sent"));
+        }
+        if seq < st.forgotten {
+            return Err(TransferError::network(format!("data stream {index}: a bad record further back than this side keeps a record of; reconnecting")));
+        }
+        // Not in the log: its file finished (and was pruned), nothing to send.
+        match st.frames.binary_search_by_key(&seq, |e| e.0) {
+            Ok(i) => st.frames[i].1.clone(),
+            Err(_) => return Ok((0, 0)),
+        }
+    };
+    let f = &mut files[w.id as usize];
+    if f.state != State::Active {
+        return Ok((0, 0));
+    }
+    f.outstanding += 1;
+    let len = w.len as u64;
+    let _ = work.send(Work { resend: true, ..w });
+    Ok((1, len))
 }
 
 /// The receiver reset stream `index` after accepting `received` of its frames: close it and
@@ -848,6 +892,30 @@ mod reset_tests {
         while !matches!(p.r.recv().unwrap(), Control::Bye) {}
         p.w.send(&Control::Bye).unwrap();
         p.sender.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn a_skipped_record_is_sent_again_alone_on_the_same_stream() {
+        let mut p = start(true);
+        let sent: Vec<u64> = (0..3).map(|_| frame(&mut p.data)).collect();
+        // FileEnd went out once the three frames did; the resend does not repeat it.
+        while !matches!(p.r.recv().unwrap(), Control::FileEnd { .. }) {}
+        p.w.send(&Control::RecordBad { index: 0, seq: 1 }).unwrap();
+        match p.r.recv().unwrap() {
+            Control::Resending { index: 0, chunks: 1, bytes } => assert_eq!(bytes, CHUNK as u64),
+            other => panic!("expected Resending, got {other:?}"),
+        }
+        assert_eq!(frame(&mut p.data), sent[1], "the chunk of frame 1, on the stream that goes on");
+        p.w.send(&Control::FileDone(vec![0])).unwrap();
+        p.w.send(&Control::Summary(Summary::default())).unwrap();
+        while !matches!(p.r.recv().unwrap(), Control::Bye) {}
+        p.w.send(&Control::Bye).unwrap();
+        p.sender.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn refuses_a_bad_record_that_was_not_sent() {
+        refused(start(true), Control::RecordBad { index: 0, seq: 1_000 }, "not sent");
     }
 
     #[test]

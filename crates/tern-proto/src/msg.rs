@@ -262,7 +262,14 @@ pub enum Control {
         index: u32,
         received: u64,
     },
-    /// Sender → receiver, the answer to `StreamReset`: what it queued again, for the summary.
+    /// Receiver → sender (`FEATURE_STREAM_RESET`): chunk frame `seq` of data stream `index`
+    /// failed authentication and was skipped; the stream goes on, the sender sends it again.
+    RecordBad {
+        index: u32,
+        seq: u64,
+    },
+    /// Sender → receiver, the answer to `StreamReset` and `RecordBad`: what it queued again,
+    /// for the summary.
     Resending {
         index: u32,
         chunks: u64,
@@ -300,6 +307,7 @@ impl Control {
             Control::FileList(_) => 23,
             Control::StreamReset { .. } => 24,
             Control::Resending { .. } => 25,
+            Control::RecordBad { .. } => 26,
         }
     }
 
@@ -385,6 +393,9 @@ impl Control {
             }
             Control::Resending { index, chunks, bytes } => {
                 w.u32(*index).u64(*chunks).u64(*bytes);
+            }
+            Control::RecordBad { index, seq } => {
+                w.u32(*index).u64(*seq);
             }
             Control::Summary(s) => {
                 w.u64(s.files_done).u64(s.files_failed).u64(s.bytes_written);
@@ -541,6 +552,7 @@ impl Control {
             12 => Control::ChunkBad { id: r.u64("id")?, chunk: r.u64("chunk")? },
             24 => Control::StreamReset { index: r.u32("stream index")?, received: r.u64("frames received")? },
             25 => Control::Resending { index: r.u32("stream index")?, chunks: r.u64("chunks")?, bytes: r.u64("bytes")? },
+            26 => Control::RecordBad { index: r.u32("stream index")?, seq: r.u64("frame sequence")? },
             13 => Control::Summary(Summary {
                 files_done: r.u64("files_done")?,
                 files_failed: r.u64("files_failed")?,
@@ -650,6 +662,7 @@ mod tests {
         roundtrip(Control::ChunkBad { id: 4, chunk: 2 });
         roundtrip(Control::StreamReset { index: 65537, received: 12 });
         roundtrip(Control::Resending { index: 3, chunks: 5, bytes: 5 << 22 });
+        roundtrip(Control::RecordBad { index: 65536, seq: 1 << 40 });
         roundtrip(Control::Summary(Summary { files_done: 1, deleted: 2, ..Default::default() }));
         roundtrip(Control::Fatal { side: Side::Network, message: "x".into() });
         roundtrip(Control::Plan { action: PlanAction::Delete, path: b"old".to_vec() });

@@ -40,9 +40,9 @@ enum Damage {
     /// One bit anywhere, on average every `gap` bytes, past the first `CLEAN_PREFIX` bytes of
     /// each direction.
     Anywhere { gap: u64 },
-    /// `--no-encrypt` streams (`P`): one bit in a chunk frame's header (ids, offset, hash, tag),
-    /// in the first frame past every `gap` bytes. The relay follows the framing to find them.
-    PlainHeaders { gap: u64 },
+    /// `--no-encrypt` streams (`P`): one bit in bytes `at..at + span` of a chunk frame, in the
+    /// first frame past every `gap` bytes. The relay follows the framing to find them.
+    PlainFrames { gap: u64, at: u64, span: u64 },
     /// One bit at byte `at` of the client-to-server direction of the first connection only,
     /// whatever it carries (an ssh connection: ssh's MAC then fails).
     OnceOnFirst { at: u64 },
@@ -52,9 +52,9 @@ enum Damage {
 /// server `P`, `DataHello` (5 + 84) and the go-ahead byte; server to client `DataAccept` (5 + 32).
 const PLAIN_FIRST_FRAME_UP: u64 = 1 + 89 + 1;
 const PLAIN_FIRST_FRAME_DOWN: u64 = 37;
-/// A chunk frame: u32 length, u8 type, then the chunk header (89 bytes with its tag).
-const CHUNK_HEADER_AT: u64 = 5;
-const CHUNK_HEADER_LEN: u64 = 89;
+/// A chunk frame: u32 length, u8 type, then the chunk header (ids, offset, hash, tag: 89 bytes).
+const PLAIN_HEADERS: Damage = Damage::PlainFrames { gap: 16 * MIB, at: 5, span: 89 };
+const PLAIN_LENGTHS: Damage = Damage::PlainFrames { gap: 16 * MIB, at: 0, span: 4 };
 
 /// A TCP relay on a loopback port in front of `target`. Control connections (first byte `C`)
 /// pass untouched; data connections (`D`, `P`) get bits flipped at seeded random positions.
@@ -141,7 +141,7 @@ fn relay_conn(client: TcpStream, server: TcpStream, damage: Damage, first: bool,
     let (up_damage, down_damage) = match damage {
         Damage::OnceOnFirst { .. } if first => (Some(damage), None),
         Damage::OnceOnFirst { .. } => (None, None),
-        Damage::PlainHeaders { .. } if kind[0] != b'P' => (None, None),
+        Damage::PlainFrames { .. } if kind[0] != b'P' => (None, None),
         d if data => (Some(d), Some(d)),
         _ => (None, None),
     };
@@ -196,7 +196,7 @@ struct Flips {
     damage: Option<Damage>,
     /// Absolute position of the next flip (`u64::MAX`: none scheduled).
     next_flip: u64,
-    /// PlainHeaders: where the next frame starts, its length bytes so far, and the position
+    /// PlainFrames: where the next frame starts, its length bytes so far, and the position
     /// from which the next frame gets damaged.
     frame_at: u64,
     len_bytes: Vec<u8>,
@@ -207,7 +207,7 @@ impl Flips {
     fn new(damage: Option<Damage>, rng: &mut Rng, first_frame: u64) -> Self {
         let (next_flip, damage_from) = match damage {
             Some(Damage::Anywhere { gap }) => (CLEAN_PREFIX + rng.gap(gap), u64::MAX),
-            Some(Damage::PlainHeaders { gap }) => (u64::MAX, first_frame + rng.gap(gap)),
+            Some(Damage::PlainFrames { gap, .. }) => (u64::MAX, first_frame + rng.gap(gap)),
             Some(Damage::OnceOnFirst { at }) => (at, u64::MAX),
             None => (u64::MAX, u64::MAX),
         };
@@ -218,9 +218,13 @@ impl Flips {
     fn apply(&mut self, rng: &mut Rng, buf: &mut [u8], pos: u64) -> u64 {
         let end = pos + buf.len() as u64;
         let mut flipped = 0;
+        if self.next_flip < pos {
+            // A length straddling two reads: its flip fell in the part already forwarded.
+            self.next_flip = u64::MAX;
+        }
         loop {
-            if let Some(Damage::PlainHeaders { gap }) = self.damage {
-                // Follow the framing (on the bytes as sent: the flips never touch a length).
+            if let Some(Damage::PlainFrames { gap, at, span }) = self.damage {
+                // Follow the framing on the bytes as sent (read before any flip in them).
                 while self.len_bytes.len() < 4 && self.frame_at + (self.len_bytes.len() as u64) < end {
                     let at = self.frame_at + self.len_bytes.len() as u64;
                     if at >= pos {
@@ -232,7 +236,7 @@ impl Flips {
                 if self.len_bytes.len() == 4 {
                     let len = u32::from_be_bytes(self.len_bytes[..].try_into().unwrap()) as u64;
                     if self.frame_at >= self.damage_from && self.next_flip == u64::MAX {
-                        self.next_flip = self.frame_at + CHUNK_HEADER_AT + rng.next() % CHUNK_HEADER_LEN;
+                        self.next_flip = self.frame_at + at + rng.next() % span;
                         self.damage_from = self.frame_at + rng.gap(gap);
                     }
                     self.frame_at += 4 + len;
@@ -274,7 +278,8 @@ fn max_in_flight(chunk: u64) -> u64 {
     (2 * w + 2 * r + (576 << 10)).div_ceil(chunk) + 1
 }
 
-fn repaired(encrypt: bool, push: bool, damage: Damage, seed: u64) {
+/// Returns how many streams were reset (and replaced).
+fn repaired(encrypt: bool, push: bool, damage: Damage, seed: u64) -> u64 {
     let t = scratch();
     let root = t.path().join("root");
     fs::create_dir(&root).unwrap();
@@ -300,8 +305,11 @@ fn repaired(encrypt: bool, push: bool, damage: Damage, seed: u64) {
     };
     let started = Instant::now();
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-    let r = tern(&argv, &[]);
+    let r = tern(&argv, &[("TERN_LOG", std::env::var("CORRUPTION_LOG").as_deref().unwrap_or("warn"))]);
     let secs = started.elapsed().as_secs_f64();
+    if std::env::var("CORRUPTION_LOG").is_ok() {
+        eprintln!("{}", r.stderr());
+    }
     let s = &relay.stats;
     let (flips, damaged, conns, bytes) = (s.flips.load(Relaxed), s.damaged_conns.load(Relaxed), s.data_conns.load(Relaxed), s.bytes.load(Relaxed));
     assert!(r.ok(), "transfer through a corrupting path failed (flips {flips}): {}", r.stderr());
@@ -316,13 +324,16 @@ fn repaired(encrypt: bool, push: bool, damage: Damage, seed: u64) {
     );
     assert!(flips > 0, "the relay flipped nothing: the test tests nothing");
     assert!(resent > 0, "flipped bits were repaired without resending anything? {}", r.json);
-    // Each flip damages at most one chunk; each damaged stream (reset at its first bad record)
-    // also loses what it had in flight.
+    // Each flip damages at most one chunk (a skipped record, or `ChunkBad`); a stream whose
+    // framing a flip broke is reset and replaced (every data connection past the first 4 is a
+    // replacement) and loses what it had in flight.
     let chunk = MIB; // --chunk-size
-    let bound = flips + damaged * max_in_flight(chunk);
-    eprintln!("corruption report: bound {bound} = {flips} flips + {damaged} damaged streams x {} chunks in flight at most", max_in_flight(chunk));
-    assert!(resent <= bound, "resent {resent} chunks for {flips} flips on {damaged} streams: more than the damaged chunks plus those in flight");
+    let resets = conns.saturating_sub(4);
+    let bound = flips + resets * max_in_flight(chunk);
+    eprintln!("corruption report: bound {bound} = {flips} flips + {resets} reset streams x {} chunks in flight at most", max_in_flight(chunk));
+    assert!(resent <= bound, "resent {resent} chunks for {flips} flips and {resets} resets: more than the damaged chunks plus those in flight");
     assert_eq!(r.json["reconnects"].as_u64().unwrap_or(0), 0, "the corrupted streams were repaired in the session, not by reconnecting: {}", r.stderr());
+    resets
 }
 
 #[test]
@@ -345,16 +356,26 @@ fn corruption_repaired_plain_pull() {
     repaired(false, false, Damage::Anywhere { gap: 16 * MIB }, 4);
 }
 
-/// `--no-encrypt`: a flipped bit in a chunk frame's header or tag fails the stream's tag, which
-/// takes the stream-reset path (payload flips above are caught by the chunk hash instead).
+/// `--no-encrypt`: a flipped bit in a chunk frame's header or tag fails the frame's tag; the
+/// receiver skips that frame and it is sent again (payload flips above fail the chunk hash).
 #[test]
 fn plain_header_corruption_repaired_push() {
-    repaired(false, true, Damage::PlainHeaders { gap: 16 * MIB }, 5);
+    repaired(false, true, PLAIN_HEADERS, 5);
 }
 
 #[test]
 fn plain_header_corruption_repaired_pull() {
-    repaired(false, false, Damage::PlainHeaders { gap: 16 * MIB }, 6);
+    repaired(false, false, PLAIN_HEADERS, 6);
+}
+
+/// A flipped length field breaks the framing of everything after it: the receiver resets the
+/// stream, the sender sends what it had in flight again, the client opens a replacement.
+#[test]
+fn plain_length_corruption_resets_and_replaces_streams() {
+    let resets = repaired(false, true, PLAIN_LENGTHS, 8);
+    assert!(resets > 0, "no stream was reset: the reset path was not exercised");
+    let resets = repaired(false, false, PLAIN_LENGTHS, 9);
+    assert!(resets > 0, "no stream was reset: the reset path was not exercised");
 }
 
 /// Every record of every data stream corrupted (an attacker injecting, or a hopeless path): a
