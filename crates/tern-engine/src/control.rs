@@ -81,3 +81,31 @@ pub fn spawn_reader<E: Send + 'static>(mut reader: CtrlReader, events: crossbeam
         }
     });
 }
+
+/// What the peer's message stream says next, for `prefer_peer_fatal`.
+pub enum Said {
+    /// Its `Fatal`, as an error.
+    Fatal(TransferError),
+    /// The control channel ended: nothing more is coming.
+    Gone,
+    Other,
+}
+
+/// A network error on our side (a write to a peer that just closed) may cross the peer's
+/// `Fatal`, which says why: wait briefly for it in the event channel and prefer it, so the user
+/// gets the reason instead of "broken pipe" and the client does not reconnect into the same
+/// refusal.
+pub fn prefer_peer_fatal<E>(e: TransferError, rx: &crossbeam_channel::Receiver<E>, said: impl Fn(E) -> Said) -> TransferError {
+    if e.scope != crate::error::Scope::Network {
+        return e;
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(500);
+    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+        match rx.recv_timeout(left).map(&said) {
+            Ok(Said::Fatal(f)) => return f,
+            Ok(Said::Other) => {}
+            Ok(Said::Gone) | Err(_) => break,
+        }
+    }
+    e
+}

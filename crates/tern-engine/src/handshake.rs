@@ -1,7 +1,7 @@
 //! The control handshake: versions, mutual proof of the shared secret, and the session key.
 
 use tern_proto::auth::{Party, control_proof, proofs_equal, session_key};
-use tern_proto::msg::{FEATURE_EARLY_DATA_ADDR, FEATURE_FILE_LIST, FEATURE_FILTERS, FEATURE_IGNORE_EXISTING, FEATURE_THIRD_PARTY, negotiate_version};
+use tern_proto::msg::{FEATURE_EARLY_DATA_ADDR, FEATURE_FILE_LIST, FEATURE_FILTERS, FEATURE_IGNORE_EXISTING, FEATURE_STREAM_RESET, FEATURE_THIRD_PARTY, negotiate_version};
 use tern_proto::{Control, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
 
 use crate::control::{CtrlReader, CtrlWriter};
@@ -9,8 +9,8 @@ use crate::error::{Side, TransferError};
 use crate::transport::random;
 
 /// The feature bits this build sends in its `Hello` (tests may pose as an older peer).
-fn our_features() -> u64 {
-    crate::faults::faults().features.unwrap_or(FEATURE_THIRD_PARTY | FEATURE_EARLY_DATA_ADDR | FEATURE_FILTERS | FEATURE_FILE_LIST | FEATURE_IGNORE_EXISTING)
+pub(crate) fn our_features() -> u64 {
+    crate::faults::faults().features.unwrap_or(FEATURE_THIRD_PARTY | FEATURE_EARLY_DATA_ADDR | FEATURE_FILTERS | FEATURE_FILE_LIST | FEATURE_IGNORE_EXISTING | FEATURE_STREAM_RESET)
 }
 
 fn hello(features: u64) -> Control {
@@ -103,11 +103,13 @@ fn client_as(
 
 /// Server side; answers a failed proof with a clear `Fatal` before closing. `listening`: the
 /// data address to announce right after our `Hello` (ssh mode), if the client understands it.
-pub fn server(r: &mut CtrlReader, w: &CtrlWriter, key: &[u8; 32], exporter: &[u8; 32], listening: Option<&[u8]>) -> Result<[u8; 32], TransferError> {
-    server_as(our_features(), r, w, key, exporter, listening)
+pub fn server(r: &mut CtrlReader, w: &CtrlWriter, key: &[u8; 32], exporter: &[u8; 32], listening: Option<&[u8]>) -> Result<([u8; 32], u64), TransferError> {
+    let ours = our_features();
+    server_as(ours, r, w, key, exporter, listening).map(|(k, theirs)| (k, theirs & ours))
 }
 
-fn server_as(ours: u64, r: &mut CtrlReader, w: &CtrlWriter, key: &[u8; 32], exporter: &[u8; 32], listening: Option<&[u8]>) -> Result<[u8; 32], TransferError> {
+/// Returns the session key and the client's feature bits.
+fn server_as(ours: u64, r: &mut CtrlReader, w: &CtrlWriter, key: &[u8; 32], exporter: &[u8; 32], listening: Option<&[u8]>) -> Result<([u8; 32], u64), TransferError> {
     let theirs = expect_hello(r.recv()?)?;
     w.send(&hello(ours))?;
     if let Some(addr) = listening
@@ -131,7 +133,7 @@ fn server_as(ours: u64, r: &mut CtrlReader, w: &CtrlWriter, key: &[u8; 32], expo
         let _ = w.send(&Control::Fatal { side: Side::Network, message: msg.into() });
         return Err(TransferError::fatal(Side::Network, msg));
     }
-    Ok(session_key(key, &nc, &ns))
+    Ok((session_key(key, &nc, &ns), theirs))
 }
 
 #[cfg(test)]
@@ -155,7 +157,7 @@ mod tests {
         let key = [7u8; 32];
         let server = std::thread::spawn(move || {
             let (mut r, w) = ends(b);
-            server_as(server_bits, &mut r, &w, &key, &[0; 32], announce.then_some(ADDR)).unwrap()
+            server_as(server_bits, &mut r, &w, &key, &[0; 32], announce.then_some(ADDR)).unwrap().0
         });
         let (mut r, w) = ends(a);
         let mut seen = None;

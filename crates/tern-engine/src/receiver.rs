@@ -78,6 +78,7 @@ enum Event {
     ChunkBad { id: u64, index: u64, len: u32 },
     WriteFailed { id: u64, error: std::io::Error, what: &'static str },
     StreamFailed(TransferError),
+    StreamCorrupt { index: u32, seq: u64, why: String, skipped: bool },
     Finalized { id: u64 },
     FinalizeFailed { id: u64, message: String },
     NewStream(DataConn),
@@ -118,7 +119,25 @@ impl StreamFeed {
 pub struct Receiving {
     events: Sender<Event>,
     rx: Receiver<Event>,
+    resets: bool,
+    reopen: Option<crate::sender::Reopen>,
 }
+
+/// Resetting corrupted streams: allowed while `resets`, within the budget.
+struct Repair {
+    resets: bool,
+    reopen: Option<crate::sender::Reopen>,
+    events: Sender<Event>,
+    next_index: u32,
+    corrupted: u64,
+    verified_bytes: u64,
+}
+
+/// Resets a session allows before it calls the path (or an attacker) hopeless, plus one per
+/// `RESET_PER_BYTES` verified: a path that corrupts a few segments per 256 MiB keeps going, a
+/// stream whose every record fails is refused after a few attempts.
+const RESET_BUDGET: u64 = 16;
+const RESET_PER_BYTES: u64 = 16 << 20;
 
 impl Default for Receiving {
     fn default() -> Self {
@@ -149,19 +168,28 @@ struct Ctx<'a> {
     manifest_end: bool,
     source_errors: bool,
     summary: Summary,
+    repair: Repair,
 }
 
 impl Receiving {
     pub fn new() -> Self {
         let (events, rx) = unbounded();
-        Self { events, rx }
+        Self { events, rx, resets: false, reopen: None }
     }
     pub fn feed(&self) -> StreamFeed {
         StreamFeed(self.events.clone())
     }
+    /// The peer answers `StreamReset` (Hello feature bit 5, not third-party): a stream with a
+    /// corrupted record is reset and its frames in flight sent again, instead of failing the
+    /// session. `reopen`: the client opens a replacement stream for each.
+    pub fn with_resets(mut self, on: bool, reopen: Option<crate::sender::Reopen>) -> Self {
+        self.resets = on;
+        self.reopen = reopen.filter(|_| on);
+        self
+    }
 
     pub fn run(self, reader: CtrlReader, writer: Arc<CtrlWriter>, streams: Vec<DataConn>, p: ReceiverParams) -> Result<Summary, TransferError> {
-        let Receiving { events, rx } = self;
+        let Receiving { events, rx, resets, reopen } = self;
         let sinks: Sinks = Arc::default();
         let ending = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut closers = Vec::new();
@@ -170,7 +198,7 @@ impl Receiving {
             closers.push(conn.closer.clone());
             p.progress.streams.fetch_add(1, Relaxed);
             let (s, ev, end) = (sinks.clone(), events.clone(), ending.clone());
-            thread::spawn(move || recv_worker(conn, s, ev, chunk_size, end));
+            thread::spawn(move || recv_worker(conn, s, ev, chunk_size, end, resets));
         };
         for conn in streams {
             spawn_worker(conn, &mut closers);
@@ -207,8 +235,16 @@ impl Receiving {
             manifest_end: false,
             source_errors: false,
             summary: Summary::default(),
+            repair: Repair { resets, reopen, events: events.clone(), next_index: crate::sender::REPLACEMENT_INDEX, corrupted: 0, verified_bytes: 0 },
         };
         let result = main_loop(&mut ctx, &rx, &mut |conn| spawn_worker(conn, &mut closers), &finalizer.1);
+        let result = result.map_err(|e| {
+            crate::control::prefer_peer_fatal(e, &rx, |ev| match ev {
+                Event::Ctrl(Control::Fatal { side, message }) => crate::control::Said::Fatal(TransferError::fatal(side, message)),
+                Event::CtrlFailed(_) => crate::control::Said::Gone,
+                _ => crate::control::Said::Other,
+            })
+        });
         ending.store(true, Relaxed);
         if let Err(e) = &result
             && e.scope == crate::error::Scope::Fatal
@@ -289,7 +325,14 @@ fn handle(ctx: &mut Ctx, ev: Event, spawn: &mut dyn FnMut(DataConn), root_cell: 
     match ev {
         Event::NewStream(conn) => spawn(conn),
         Event::CtrlFailed(e) | Event::StreamFailed(e) => return Err(e),
+        Event::StreamCorrupt { index, seq, why, skipped } => stream_corrupt(ctx, index, seq, why, skipped)?,
         Event::Ctrl(msg) => match msg {
+            Control::Resending { chunks, bytes, .. } if ctx.repair.resets => {
+                ctx.summary.chunks_resent += chunks;
+                ctx.summary.bytes_resent += bytes;
+                Progress::add(&ctx.p.progress.chunks_resent, chunks);
+                Progress::add(&ctx.p.progress.bytes_resent, bytes);
+            }
             Control::Entries(entries) => {
                 for e in entries {
                     entry(ctx, e, root_cell)?;
@@ -328,6 +371,7 @@ fn handle(ctx: &mut Ctx, ev: Event, spawn: &mut dyn FnMut(DataConn), root_cell: 
         },
         Event::ChunkOk { id, index, hash, len, whole } => {
             Progress::add(&ctx.p.progress.bytes, len as u64);
+            ctx.repair.verified_bytes += len as u64;
             let Some(f) = ctx.files.get_mut(&id) else { return Ok(()) };
             f.outstanding = f.outstanding.saturating_sub(len as u64);
             ctx.outstanding_bytes = ctx.outstanding_bytes.saturating_sub(len as u64);
@@ -340,9 +384,11 @@ fn handle(ctx: &mut Ctx, ev: Event, spawn: &mut dyn FnMut(DataConn), root_cell: 
             try_complete(ctx, id)?;
         }
         Event::ChunkBad { id, index, len } => {
+            // A file that already failed (or finished) needs nothing more; saying so again for
+            // each of its chunks still in flight would flood the errors.
+            let Some(f) = ctx.files.get_mut(&id).filter(|f| f.state == State::Receiving) else { return Ok(()) };
             Progress::add(&ctx.p.progress.chunks_resent, 1);
             Progress::add(&ctx.p.progress.bytes_resent, len as u64);
-            let Some(f) = ctx.files.get_mut(&id) else { return Ok(()) };
             f.bad_chunks += 1;
             if f.bad_chunks > 8 {
                 return fail_file(ctx, id, Side::Network, "chunks keep failing verification (corruption on the path or in memory); check the network and hosts".into());
@@ -390,6 +436,45 @@ fn handle(ctx: &mut Ctx, ev: Event, spawn: &mut dyn FnMut(DataConn), root_cell: 
 }
 
 const MISMATCH: &str = "whole-file hash";
+
+/// Frame `seq` of stream `index` failed authentication (`Event::StreamCorrupt`). `skipped`: the
+/// worker skipped it and reads on; the sender sends that chunk again. Otherwise the stream lost
+/// its framing and the worker closed it after `seq` frames: the sender sends again what it had
+/// in flight there, and the client opens a replacement. Beyond the budget the session ends.
+fn stream_corrupt(ctx: &mut Ctx, index: u32, seq: u64, why: String, skipped: bool) -> Result<(), TransferError> {
+    let r = &mut ctx.repair;
+    r.corrupted += 1;
+    if r.corrupted > RESET_BUDGET + r.verified_bytes / RESET_PER_BYTES {
+        return Err(TransferError::fatal(
+            Side::Network,
+            format!(
+                "data streams keep failing authentication: {} corrupted records in {} MiB verified (the last: data stream {index} {why}); an attacker is injecting data or the path corrupts faster than TCP's checksum catches; refusing",
+                r.corrupted,
+                r.verified_bytes >> 20
+            ),
+        ));
+    }
+    if skipped {
+        tracing::info!("data stream {index}: frame {seq} {why}; skipped, and asked for again");
+        return ctx.writer.send(&Control::RecordBad { index, seq });
+    }
+    tracing::info!("data stream {index} {why}; resetting it and having its chunks in flight sent again");
+    let _ = ctx.p.progress.streams.fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
+    ctx.writer.send(&Control::StreamReset { index, received: seq })?;
+    if let Some(reopen) = r.reopen.clone() {
+        let (i, events) = (r.next_index, r.events.clone());
+        r.next_index += 1;
+        thread::spawn(move || match reopen(i) {
+            Ok(c) => {
+                let _ = events.send(Event::NewStream(c));
+            }
+            Err(e) => {
+                let _ = events.send(Event::StreamFailed(e));
+            }
+        });
+    }
+    Ok(())
+}
 
 fn peer_bug(what: &str) -> TransferError {
     TransferError::fatal(Side::Network, format!("protocol error from the sender: {what}"))
@@ -825,18 +910,37 @@ fn extras(root: &std::path::Path, keep: &HashSet<Vec<u8>>, filter: &Filter) -> V
 }
 
 /// One data stream: read chunk frames, verify, write. Exits at end of stream.
-fn recv_worker(mut conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_size: u32, ending: Arc<std::sync::atomic::AtomicBool>) {
+/// `resets`: a record that fails authentication (or a malformed frame header) resets this stream
+/// instead of failing the session.
+fn recv_worker(mut conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_size: u32, ending: Arc<std::sync::atomic::AtomicBool>, resets: bool) {
     let index = conn.index;
     let tag_key = conn.tag_key;
     let mut sealer = conn.sealer.take();
     let trailer = if sealer.is_some() { TAG_LEN } else { 0 };
     let mut r = BufReader::with_capacity(256 << 10, conn.stream);
     let mut buf = vec![0u8; ChunkHeader::LEN + chunk_size as usize + TAG_LEN];
+    // Frames consumed: accepted, or skipped as bad. The sender numbers what it writes the same.
     let mut seq = 0u64;
+    // The previous frame failed too: its length must have been wrong, so this one is misaligned.
+    let mut last_bad = false;
     let fail = |msg: String| {
         if !ending.load(Relaxed) {
             let _ = events.send(Event::StreamFailed(TransferError::network(format!("data stream {index}: {msg}"))));
         }
+    };
+    // Past a malformed header or a misaligned skip nothing can be framed: stop reading, close,
+    // report (the stream is reset after `seq` frames).
+    let corrupt = |seq: u64, why: &str, fatal_msg: String| {
+        if resets {
+            conn.closer.close();
+            let _ = events.send(Event::StreamCorrupt { index, seq, why: why.to_string(), skipped: false });
+        } else {
+            fatal(&events, fatal_msg);
+        }
+    };
+    // A failed record whose frame looked right: skip it (nothing in it is used) and read on.
+    let skip = |seq: u64, why: &str| {
+        let _ = events.send(Event::StreamCorrupt { index, seq, why: why.to_string(), skipped: true });
     };
     loop {
         let mut head = [0u8; HEADER_LEN];
@@ -851,7 +955,7 @@ fn recv_worker(mut conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_si
         let frame = FrameHeader::parse(head, tern_proto::data::max_data_frame(chunk_size));
         let len = match frame.and_then(|f| chunk_data_len(f, chunk_size, trailer)) {
             Ok(n) => n,
-            Err(e) => return fatal(&events, format!("protocol error on data stream {index}: {e}")),
+            Err(e) => return corrupt(seq, &format!("sent a malformed frame header ({e})"), format!("protocol error on data stream {index}: {e}")),
         };
         let body = &mut buf[..ChunkHeader::LEN + len + trailer];
         if let Err(e) = r.read_exact(body) {
@@ -860,15 +964,29 @@ fn recv_worker(mut conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_si
         if let Some(s) = sealer.as_mut()
             && !s.open(&head, body)
         {
-            return fatal(&events, format!("data stream {index} failed decryption (corrupted, injected or reordered data); refusing it"));
+            const WHY: &str = "failed decryption (corrupted, injected or reordered data)";
+            if resets && !last_bad {
+                // The sealer's counter moved on with the sender's: the next record opens.
+                skip(seq, WHY);
+                (seq, last_bad) = (seq + 1, true);
+                continue;
+            }
+            return corrupt(seq, WHY, format!("data stream {index} failed decryption (corrupted, injected or reordered data); refusing it"));
         }
         let h = ChunkHeader::decode(body[..ChunkHeader::LEN].try_into().unwrap());
         if let Some(key) = &tag_key
             && !tern_proto::auth::proofs_equal(&h.compute_tag(key, seq), &h.tag)
         {
-            return fatal(&events, format!("data stream {index} failed authentication (injected or reordered data); refusing it"));
+            const WHY: &str = "failed authentication (corrupted, injected or reordered data)";
+            if resets && !last_bad {
+                skip(seq, WHY);
+                (seq, last_bad) = (seq + 1, true);
+                continue;
+            }
+            return corrupt(seq, WHY, format!("data stream {index} failed authentication (injected or reordered data); refusing it"));
         }
         seq += 1;
+        last_bad = false;
         let data = &mut body[ChunkHeader::LEN..ChunkHeader::LEN + len];
         let hash = chunk_hash(data);
         if hash != h.hash {

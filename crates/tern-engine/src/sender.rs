@@ -1,12 +1,13 @@
 //! The sending side of a session: walk, announce, serve wanted chunks over every data stream.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 
 use crossbeam_channel::{Receiver, Sender, unbounded};
@@ -24,6 +25,7 @@ use crate::faults::{chunk_hash, faults};
 use crate::progress::Progress;
 use crate::ratelimit::RateLimit;
 use crate::seal::TAG_LEN;
+use crate::transport::Closer;
 use crate::walk::{SourceSpec, SrcFile, walk, walk_list};
 
 /// What the sending side remembers across reconnects within one run.
@@ -47,6 +49,7 @@ pub struct SenderParams {
     pub list: Option<Arc<Vec<Vec<u8>>>>,
 }
 
+#[derive(Clone)]
 struct Work {
     id: u64,
     chunk: u64,
@@ -54,6 +57,8 @@ struct Work {
     len: u32,
     whole: bool,
     hash_only: bool,
+    /// Queued again after its data stream was reset: counts as a resend once sent.
+    resend: bool,
     file: Arc<SrcInfo>,
 }
 
@@ -63,6 +68,8 @@ struct SrcInfo {
     size: u64,
     mtime_s: i64,
     mtime_ns: u32,
+    /// Done or failed: the stream logs drop its frames.
+    finished: AtomicBool,
 }
 
 enum Event {
@@ -71,8 +78,20 @@ enum Event {
     WalkWarning(TransferError),
     Ctrl(Control),
     CtrlFailed(TransferError),
-    Sent { id: u64, chunk: u64, hash: [u8; 32], len: u32, hash_only: bool },
-    ReadFailed { id: u64, error: TransferError },
+    Sent {
+        id: u64,
+        chunk: u64,
+        hash: [u8; 32],
+        len: u32,
+        hash_only: bool,
+        resend: bool,
+    },
+    /// A worker whose stream was reset took this item: someone else sends it.
+    Requeue(Work),
+    ReadFailed {
+        id: u64,
+        error: TransferError,
+    },
     StreamFailed(TransferError),
     NewStream(DataConn),
 }
@@ -94,6 +113,56 @@ struct FileState {
     state: State,
 }
 
+impl FileState {
+    fn finish(&mut self) {
+        self.state = State::Finished;
+        self.info.finished.store(true, Relaxed);
+    }
+}
+
+/// The chunk frames one data stream wrote, by sequence number, until their files finish: what
+/// to send again if the receiver resets the stream (`docs/protocol.md`, "Repairing a corrupted
+/// data stream"). Bounded by the receiver's window, since finished files' frames are dropped.
+struct StreamLog {
+    state: Mutex<LogState>,
+    changed: Condvar,
+    closer: Closer,
+}
+
+#[derive(Default)]
+struct LogState {
+    /// (sequence number, work, its `Sent` was reported to the main loop).
+    frames: VecDeque<(u64, Work, bool)>,
+    /// Frames written (the next sequence number).
+    written: u64,
+    /// `Some(received)` once the receiver reset the stream, having accepted `received` frames.
+    reset: Option<u64>,
+    /// Length after the last pruning: prune again at twice that.
+    pruned_len: usize,
+    /// The session is over: a worker waiting for a reset stops waiting.
+    ended: bool,
+    /// Frames below this sequence number were dropped from a full log (see `MAX_LOG`).
+    forgotten: u64,
+}
+
+/// Most frames one stream's log keeps. A file's frames stay until it finishes, and one huge file
+/// is wanted whole; past this many (64 GiB of 1 MiB chunks, far more than any path holds in
+/// flight) the oldest go, and a reset reaching back to them ends the session instead (the
+/// client reconnects and resumes from the journals).
+const MAX_LOG: usize = 1 << 16;
+
+type StreamLogs = Arc<Mutex<HashMap<u32, Arc<StreamLog>>>>;
+
+/// How long a worker whose stream broke waits for the receiver's `StreamReset` (which travels on
+/// the control channel and may arrive after the broken pipe) before it calls it a network error.
+const RESET_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Opens a replacement data stream with the given index (the client side only).
+pub type Reopen = Arc<dyn Fn(u32) -> Result<DataConn, TransferError> + Send + Sync>;
+
+/// First index of replacement streams: above any index the ramp gives out, never reused.
+pub const REPLACEMENT_INDEX: u32 = 1 << 16;
+
 /// Handle to feed extra data streams (adaptive parallelism) into a running sender.
 #[derive(Clone)]
 pub struct StreamFeed(Sender<Event>);
@@ -111,6 +180,8 @@ impl StreamFeed {
 pub struct Sending {
     events: Sender<Event>,
     rx: Receiver<Event>,
+    resets: bool,
+    reopen: Option<Reopen>,
 }
 
 impl Default for Sending {
@@ -122,24 +193,35 @@ impl Default for Sending {
 impl Sending {
     pub fn new() -> Self {
         let (events, rx) = unbounded();
-        Self { events, rx }
+        Self { events, rx, resets: false, reopen: None }
     }
     pub fn feed(&self) -> StreamFeed {
         StreamFeed(self.events.clone())
     }
+    /// The peer understands `StreamReset` (Hello feature bit 5, not third-party): a stream it
+    /// resets is repaired instead of failing the session. `reopen`: the client opens a
+    /// replacement stream for each (the server gets the client's replacements as new streams).
+    pub fn with_resets(mut self, on: bool, reopen: Option<Reopen>) -> Self {
+        self.resets = on;
+        self.reopen = reopen.filter(|_| on);
+        self
+    }
 
     /// Runs the sending side to the end of the session. Returns the receiver's summary.
     pub fn run(self, reader: CtrlReader, writer: Arc<CtrlWriter>, streams: Vec<DataConn>, p: SenderParams) -> Result<Summary, TransferError> {
-        let Sending { events, rx } = self;
+        let Sending { events, rx, resets, reopen } = self;
         let chunk_size = p.options.chunk_size;
         let (work_tx, work_rx) = unbounded::<Work>();
         let mut closers = Vec::new();
         let mut workers = Vec::new();
+        let logs: StreamLogs = Arc::default();
         let spawn_worker = |conn: DataConn, closers: &mut Vec<_>, workers: &mut Vec<_>| {
             closers.push(conn.closer.clone());
+            let log = Arc::new(StreamLog { state: Mutex::default(), changed: Condvar::new(), closer: conn.closer.clone() });
+            logs.lock().unwrap().insert(conn.index, log.clone());
             let (rx, ev, rate) = (work_rx.clone(), events.clone(), p.rate.clone());
             p.progress.streams.fetch_add(1, Relaxed);
-            workers.push(thread::spawn(move || send_worker(conn, rx, ev, chunk_size, rate)));
+            workers.push(thread::spawn(move || send_worker(conn, rx, ev, chunk_size, rate, log, resets)));
         };
         for conn in streams {
             spawn_worker(conn, &mut closers, &mut workers);
@@ -150,8 +232,20 @@ impl Sending {
             thread::spawn(move || walker(ev, w, sources, opts, memory, filter, list));
         }
 
-        let result = self_loop(&rx, &writer, &work_tx, &p, &mut |conn| spawn_worker(conn, &mut closers, &mut workers));
+        let repair = Repair { resets, reopen, logs: logs.clone(), events: events.clone(), next_index: REPLACEMENT_INDEX };
+        let result = self_loop(&rx, &writer, &work_tx, &p, repair, &mut |conn| spawn_worker(conn, &mut closers, &mut workers));
+        let result = result.map_err(|e| {
+            crate::control::prefer_peer_fatal(e, &rx, |ev| match ev {
+                Event::Ctrl(Control::Fatal { side, message }) => crate::control::Said::Fatal(TransferError::fatal(side, message)),
+                Event::CtrlFailed(_) => crate::control::Said::Gone,
+                _ => crate::control::Said::Other,
+            })
+        });
         drop(work_tx);
+        for log in logs.lock().unwrap().values() {
+            log.state.lock().unwrap().ended = true;
+            log.changed.notify_all();
+        }
         if result.is_err() {
             for c in &closers {
                 c.close();
@@ -164,7 +258,16 @@ impl Sending {
     }
 }
 
-fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: &SenderParams, spawn: &mut dyn FnMut(DataConn)) -> Result<Summary, TransferError> {
+/// What the main loop needs to repair reset streams.
+struct Repair {
+    resets: bool,
+    reopen: Option<Reopen>,
+    logs: StreamLogs,
+    events: Sender<Event>,
+    next_index: u32,
+}
+
+fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: &SenderParams, mut repair: Repair, spawn: &mut dyn FnMut(DataConn)) -> Result<Summary, TransferError> {
     let chunk_size = p.options.chunk_size;
     let mut files: Vec<FileState> = Vec::new();
     let mut walk_done = false;
@@ -202,7 +305,7 @@ fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: 
                     }
                     let chunks = chunk_count(f.size, chunk_size);
                     files.push(FileState {
-                        info: Arc::new(SrcInfo { path: f.path, rel: f.rel, size: f.size, mtime_s: f.mtime_s, mtime_ns: f.mtime_ns }),
+                        info: Arc::new(SrcInfo { path: f.path, rel: f.rel, size: f.size, mtime_s: f.mtime_s, mtime_ns: f.mtime_ns, finished: AtomicBool::new(false) }),
                         kind: f.kind,
                         chunks,
                         hashes: Vec::new(),
@@ -220,13 +323,18 @@ fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: 
             Event::NewStream(conn) => spawn(conn),
             Event::CtrlFailed(e) => return Err(e),
             Event::StreamFailed(e) => return Err(e),
-            Event::Sent { id, chunk, hash, len, hash_only } => {
+            Event::Requeue(w) => {
+                if files[w.id as usize].state == State::Active {
+                    let _ = work.send(w);
+                }
+            }
+            Event::Sent { id, chunk, hash, len, hash_only, resend } => {
                 let f = &mut files[id as usize];
                 if !hash_only {
                     Progress::add(&progress.bytes, len as u64);
                     let mut mem = p.memory.lock().unwrap();
                     let seen = mem.sent.entry(f.info.rel.clone()).or_insert_with(|| ChunkSet::new(f.chunks));
-                    if seen.len() == f.chunks && !seen.insert(chunk) {
+                    if (seen.len() == f.chunks && !seen.insert(chunk)) || resend {
                         Progress::add(&progress.chunks_resent, 1);
                         Progress::add(&progress.bytes_resent, len as u64);
                     }
@@ -234,13 +342,16 @@ fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: 
                 if f.chunks > 1 {
                     f.hashes[chunk as usize] = Some(hash);
                 }
-                f.outstanding -= 1;
-                if f.outstanding == 0 && f.chunks > 1 && !f.end_sent && f.state == State::Active {
+                // Saturating: a hostile receiver's bogus resend requests must not wrap it.
+                f.outstanding = f.outstanding.saturating_sub(1);
+                // Every chunk hashed, too: bogus resend requests from a hostile receiver must not
+                // make the count reach zero early and the file hash read a missing one.
+                if f.outstanding == 0 && f.chunks > 1 && !f.end_sent && f.state == State::Active && f.hashes.iter().all(Option::is_some) {
                     f.end_sent = true;
                     let end = file_end(id, f);
                     writer.send(&end)?;
                     if let Control::FileError { side, message, .. } = end {
-                        f.state = State::Finished;
+                        f.finish();
                         unfinished -= 1;
                         Progress::add(&progress.files_failed, 1);
                         progress.error(TransferError::file(side, f.info.path.display().to_string(), message));
@@ -251,7 +362,7 @@ fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: 
                 let f = &mut files[id as usize];
                 if f.state == State::Active {
                     writer.send(&Control::FileError { id, side: Side::Source, message: error.message.clone() })?;
-                    f.state = State::Finished;
+                    f.finish();
                     unfinished -= 1;
                     Progress::add(&progress.files_failed, 1);
                     progress.error(error);
@@ -295,7 +406,7 @@ fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: 
                     for (id, _) in list {
                         let Some(f) = files.get_mut(id as usize) else { return Err(peer_bug("skip for an unknown file")) };
                         if f.state == State::Announced && f.kind == EntryKind::File {
-                            f.state = State::Finished;
+                            f.finish();
                             unfinished -= 1;
                             Progress::add(&progress.files_skipped, 1);
                             Progress::add(&progress.bytes_skipped, f.info.size);
@@ -312,11 +423,34 @@ fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: 
                     f.outstanding += 1;
                     let _ = work.send(item(id, chunk, f, chunk_size, false));
                 }
+                Control::RecordBad { index, seq } if repair.resets => {
+                    let (chunks, bytes) = resend_one(&repair, &mut files, work, index, seq)?;
+                    tracing::info!("data stream {index}: frame {seq} failed authentication at the receiver; sending it again");
+                    writer.send(&Control::Resending { index, chunks, bytes })?;
+                }
+                Control::StreamReset { index, received } if repair.resets => {
+                    let (chunks, bytes) = resend_lost(&mut repair, &mut files, work, index, received)?;
+                    tracing::info!("data stream {index} was reset by the receiver (a corrupted record); sending its {chunks} chunks in flight again");
+                    let _ = progress.streams.fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
+                    writer.send(&Control::Resending { index, chunks, bytes })?;
+                    if let Some(reopen) = repair.reopen.clone() {
+                        let (i, events) = (repair.next_index, repair.events.clone());
+                        repair.next_index += 1;
+                        thread::spawn(move || match reopen(i) {
+                            Ok(c) => {
+                                let _ = events.send(Event::NewStream(c));
+                            }
+                            Err(e) => {
+                                let _ = events.send(Event::StreamFailed(e));
+                            }
+                        });
+                    }
+                }
                 Control::FileDone(ids) => {
                     for id in ids {
                         let Some(f) = files.get_mut(id as usize) else { return Err(peer_bug("done for an unknown file")) };
                         if f.state != State::Finished {
-                            f.state = State::Finished;
+                            f.finish();
                             unfinished -= 1;
                             Progress::add(&progress.files_done, 1);
                             p.memory.lock().unwrap().finished.insert(f.info.rel.clone());
@@ -328,7 +462,7 @@ fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: 
                     let path = String::from_utf8_lossy(&f.info.rel).into_owned();
                     progress.error(TransferError::file(side, path, message));
                     if f.state != State::Finished {
-                        f.state = State::Finished;
+                        f.finish();
                         unfinished -= 1;
                         Progress::add(&progress.files_failed, 1);
                     }
@@ -357,9 +491,75 @@ fn peer_bug(what: &str) -> TransferError {
     TransferError::fatal(Side::Network, format!("protocol error from the receiver: {what}"))
 }
 
+/// The receiver skipped frame `seq` of stream `index` (it failed authentication): queue its chunk
+/// again. Its `Sent` was or will be reported (the receiver read the whole frame, and a later
+/// reset of the stream starts past it), so, as for `ChunkBad`, it is counted in once more.
+fn resend_one(repair: &Repair, files: &mut [FileState], work: &Sender<Work>, index: u32, seq: u64) -> Result<(u64, u64), TransferError> {
+    let Some(log) = repair.logs.lock().unwrap().get(&index).cloned() else { return Err(peer_bug("bad record on a data stream that does not exist")) };
+    let w = {
+        let st = log.state.lock().unwrap();
+        if seq >= st.written {
+            return Err(peer_bug("bad record that was not sent"));
+        }
+        if seq < st.forgotten {
+            return Err(TransferError::network(format!("data stream {index}: a bad record further back than this side keeps a record of; reconnecting")));
+        }
+        // Not in the log: its file finished (and was pruned), nothing to send.
+        match st.frames.binary_search_by_key(&seq, |e| e.0) {
+            Ok(i) => st.frames[i].1.clone(),
+            Err(_) => return Ok((0, 0)),
+        }
+    };
+    let f = &mut files[w.id as usize];
+    if f.state != State::Active {
+        return Ok((0, 0));
+    }
+    f.outstanding += 1;
+    let len = w.len as u64;
+    let _ = work.send(Work { resend: true, ..w });
+    Ok((1, len))
+}
+
+/// The receiver reset stream `index` after accepting `received` of its frames: close it and
+/// queue again what it wrote after those, for files not finished. Returns (chunks, bytes).
+/// They count as resends when sent (`Sent { resend }`).
+fn resend_lost(repair: &mut Repair, files: &mut [FileState], work: &Sender<Work>, index: u32, received: u64) -> Result<(u64, u64), TransferError> {
+    let Some(log) = repair.logs.lock().unwrap().remove(&index) else { return Err(peer_bug("reset of a data stream that does not exist")) };
+    let lost: Vec<(u64, Work, bool)> = {
+        let mut st = log.state.lock().unwrap();
+        if received > st.written {
+            return Err(peer_bug("reset claims more frames than were sent"));
+        }
+        if received < st.forgotten {
+            return Err(TransferError::network(format!("data stream {index} was reset further back than this side keeps a record of; reconnecting")));
+        }
+        st.reset = Some(received);
+        log.changed.notify_all();
+        let keep = st.frames.iter().take_while(|e| e.0 < received).count();
+        st.frames.drain(keep..).collect()
+    };
+    log.closer.close();
+    let (mut chunks, mut bytes) = (0, 0);
+    for (_, w, reported) in lost {
+        let f = &mut files[w.id as usize];
+        if f.state != State::Active {
+            continue;
+        }
+        // Its `Sent` already counted it out; one not reported never will be (the worker saw the
+        // reset), so it is still counted in.
+        if reported {
+            f.outstanding += 1;
+        }
+        chunks += 1;
+        bytes += w.len as u64;
+        let _ = work.send(Work { resend: true, ..w });
+    }
+    Ok((chunks, bytes))
+}
+
 fn item(id: u64, chunk: u64, f: &FileState, chunk_size: u32, hash_only: bool) -> Work {
     let (offset, len) = chunk_range(f.info.size, chunk_size, chunk);
-    Work { id, chunk, offset, len, whole: f.chunks == 1, hash_only, file: f.info.clone() }
+    Work { id, chunk, offset, len, whole: f.chunks == 1, hash_only, resend: false, file: f.info.clone() }
 }
 
 /// `FileEnd`, or a source error if the file changed while it was read.
@@ -435,8 +635,10 @@ fn walker(events: Sender<Event>, writer: Arc<CtrlWriter>, sources: Vec<SourceSpe
     let _ = events.send(Event::WalkDone(r));
 }
 
-/// One data stream: pull wanted chunks, read, hash, send. Exits when the queue closes.
-fn send_worker(mut conn: DataConn, work: Receiver<Work>, events: Sender<Event>, chunk_size: u32, rate: Option<Arc<RateLimit>>) {
+/// One data stream: pull wanted chunks, read, hash, send. Exits when the queue closes, or
+/// when the receiver reset this stream (its frames in flight are then the main loop's).
+/// `resets`: the receiver may reset it, so a broken stream waits for that before it fails.
+fn send_worker(mut conn: DataConn, work: Receiver<Work>, events: Sender<Event>, chunk_size: u32, rate: Option<Arc<RateLimit>>, log: Arc<StreamLog>, resets: bool) {
     const PREFIX: usize = HEADER_LEN + ChunkHeader::LEN;
     let mut buf = vec![0u8; PREFIX + chunk_size as usize + TAG_LEN];
     let mut sealer = conn.sealer.take();
@@ -451,7 +653,7 @@ fn send_worker(mut conn: DataConn, work: Receiver<Work>, events: Sender<Event>, 
             Ok(w) => w,
             Err(crossbeam_channel::TryRecvError::Empty) => {
                 if let Err(e) = out.flush() {
-                    let _ = events.send(Event::StreamFailed(TransferError::network(format!("data stream {}: {}", conn.index, err_text(&e)))));
+                    broken(&log, &events, resets, conn.index, &e, None);
                     return;
                 }
                 match work.recv() {
@@ -493,7 +695,7 @@ fn send_worker(mut conn: DataConn, work: Receiver<Work>, events: Sender<Event>, 
         }
         let hash = chunk_hash(data);
         if w.hash_only {
-            let _ = events.send(Event::Sent { id: w.id, chunk: w.chunk, hash, len: w.len, hash_only: true });
+            let _ = events.send(Event::Sent { id: w.id, chunk: w.chunk, hash, len: w.len, hash_only: true, resend: false });
             continue;
         }
         if faults.corrupt(&w.file.rel, w.chunk) && !data.is_empty() {
@@ -503,6 +705,25 @@ fn send_worker(mut conn: DataConn, work: Receiver<Work>, events: Sender<Event>, 
         if let Some(key) = &conn.tag_key {
             header.tag = header.compute_tag(key, seq);
         }
+        {
+            let mut st = log.state.lock().unwrap();
+            if st.reset.is_some() {
+                let _ = events.send(Event::Requeue(w));
+                return;
+            }
+            st.frames.push_back((seq, w.clone(), false));
+            st.written = seq + 1;
+            if st.frames.len() >= 2 * st.pruned_len.max(64) {
+                st.frames.retain(|e| !e.1.file.finished.load(Relaxed));
+                st.pruned_len = st.frames.len();
+            }
+            if st.frames.len() > MAX_LOG
+                && let Some((old, ..)) = st.frames.pop_front()
+            {
+                st.forgotten = old + 1;
+            }
+        }
+        let this = seq;
         seq += 1;
         buf[..HEADER_LEN].copy_from_slice(&ChunkHeader::frame_header(w.len as usize + trailer));
         buf[HEADER_LEN..PREFIX].copy_from_slice(&header.encode());
@@ -520,17 +741,195 @@ fn send_worker(mut conn: DataConn, work: Receiver<Work>, events: Sender<Event>, 
         }
         let frame = &buf[..end + trailer];
         let sent = out.write_all(frame);
+        let sent_event = Event::Sent { id: w.id, chunk: w.chunk, hash, len: w.len, hash_only: false, resend: w.resend };
         if let Err(e) = sent {
-            let _ = events.send(Event::StreamFailed(TransferError::network(format!("data stream {}: {}", conn.index, err_text(&e)))));
+            broken(&log, &events, resets, conn.index, &e, Some((this, sent_event)));
             return;
         }
         if faults.cut(w.len as u64) {
             tracing::warn!("test fault: cutting data stream {}", conn.index);
             conn.closer.close();
         }
-        let _ = events.send(Event::Sent { id: w.id, chunk: w.chunk, hash, len: w.len, hash_only: false });
+        // Reported under the log's lock, so the main loop's reset sees either "reported" or
+        // "never will be" for every frame it takes back.
+        let mut st = log.state.lock().unwrap();
+        match st.reset {
+            None => {
+                if let Some(e) = st.frames.iter_mut().rev().find(|e| e.0 == this) {
+                    e.2 = true;
+                }
+                let _ = events.send(sent_event);
+            }
+            Some(received) => {
+                if this < received {
+                    let _ = events.send(sent_event);
+                }
+                return;
+            }
+        }
     }
     let _ = out.flush();
     drop(out);
     let _ = conn.stream.flush();
+}
+
+/// This worker's stream failed with `e` (while writing frame `frame`, if any). If the receiver
+/// may reset streams, the pipe probably broke because it did: wait for its `StreamReset` (the
+/// main loop then owns the frames in flight) before calling it a network error.
+fn broken(log: &StreamLog, events: &Sender<Event>, resets: bool, index: u32, e: &std::io::Error, frame: Option<(u64, Event)>) {
+    if resets {
+        let st = log.state.lock().unwrap();
+        let (st, _) = log.changed.wait_timeout_while(st, RESET_WAIT, |st| st.reset.is_none() && !st.ended).unwrap();
+        if st.ended && st.reset.is_none() {
+            return;
+        }
+        if let Some(received) = st.reset {
+            // A frame the receiver accepted still needs its `Sent` (it cannot be one whose write
+            // failed, but a buffered write may fail for frames written before it).
+            if let Some((this, sent)) = frame
+                && this < received
+            {
+                let _ = events.send(sent);
+            }
+            return;
+        }
+    }
+    let _ = events.send(Event::StreamFailed(TransferError::network(format!("data stream {index}: {}", err_text(e)))));
+}
+
+#[cfg(test)]
+mod reset_tests {
+    //! `StreamReset` against a real sender, with the test as the receiver: it sends again exactly
+    //! what the reset stream had past the frames accepted, on the replacement stream, and refuses
+    //! a reset that names no stream or claims more frames than were sent.
+    use std::io::Read;
+    use std::os::unix::net::UnixStream;
+
+    use tern_proto::frame::FrameHeader;
+
+    use super::*;
+    use crate::transport::{ControlHalves, Stream};
+
+    const CHUNK: u32 = 64 << 10;
+
+    fn conn(s: UnixStream, index: u32) -> DataConn {
+        let s = Stream::Unix(s);
+        DataConn { closer: s.closer(), stream: s, index, tag_key: None, sealer: None, probe: None }
+    }
+
+    /// Reads one chunk frame: its chunk index.
+    fn frame(s: &mut UnixStream) -> u64 {
+        let mut head = [0u8; HEADER_LEN];
+        s.read_exact(&mut head).unwrap();
+        let h = FrameHeader::parse(head, 1 << 30).unwrap();
+        let mut body = vec![0u8; h.body_len as usize];
+        s.read_exact(&mut body).unwrap();
+        ChunkHeader::decode(body[..ChunkHeader::LEN].try_into().unwrap()).index
+    }
+
+    struct Peer {
+        r: CtrlReader,
+        w: CtrlWriter,
+        data: UnixStream,
+        feed: StreamFeed,
+        sender: thread::JoinHandle<Result<Summary, TransferError>>,
+        _dir: tempfile::TempDir,
+    }
+
+    /// A sender of one 3-chunk file on one stream (index 0), after the test wanted all of it.
+    fn start(resets: bool) -> Peer {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, (0..3 * CHUNK).map(|i| (i % 251) as u8).collect::<Vec<_>>()).unwrap();
+        let (c1, c2) = UnixStream::pair().unwrap();
+        let (d1, d2) = UnixStream::pair().unwrap();
+        let options = tern_proto::Options { flags: 0, chunk_size: CHUNK, streams: 1, concurrency: 0 };
+        let params =
+            SenderParams { sources: vec![crate::server::source_spec(&file, false)], options, progress: Arc::default(), memory: Arc::default(), rate: None, filter: Filter::default(), list: None };
+        let sending = Sending::new().with_resets(resets, None);
+        let feed = sending.feed();
+        let h = ControlHalves::from_unix(c1).unwrap();
+        let sender = thread::spawn(move || sending.run(CtrlReader::new(h.reader), Arc::new(CtrlWriter::new(h.writer)), vec![conn(d1, 0)], params));
+        let h = ControlHalves::from_unix(c2).unwrap();
+        let (mut r, w) = (CtrlReader::new(h.reader), CtrlWriter::new(h.writer));
+        while !matches!(r.recv().unwrap(), Control::ManifestEnd { .. }) {}
+        w.send(&Control::Want(vec![WantFile { id: 0, ranges: vec![(0, 3)] }])).unwrap();
+        Peer { r, w, data: d2, feed, sender, _dir: dir }
+    }
+
+    fn refused(p: Peer, reset: Control, want: &str) {
+        let mut p = p;
+        frame(&mut p.data);
+        p.w.send(&reset).unwrap();
+        let e = p.sender.join().unwrap().unwrap_err();
+        assert!(e.message.contains(want), "{e}");
+        assert!(e.message.contains("protocol error"), "{e}");
+    }
+
+    #[test]
+    fn resends_exactly_what_the_reset_stream_had_past_the_accepted_frames() {
+        let mut p = start(true);
+        let sent: Vec<u64> = (0..3).map(|_| frame(&mut p.data)).collect();
+        // The sender's FileEnd follows the three frames; the "receiver" accepted only the first.
+        while !matches!(p.r.recv().unwrap(), Control::FileEnd { .. }) {}
+        p.w.send(&Control::StreamReset { index: 0, received: 1 }).unwrap();
+        match p.r.recv().unwrap() {
+            Control::Resending { index: 0, chunks: 2, bytes } => assert_eq!(bytes, 2 * CHUNK as u64),
+            other => panic!("expected Resending, got {other:?}"),
+        }
+        // The old stream is closed; the replacement carries the two lost chunks, nothing more.
+        let mut rest = Vec::new();
+        assert_eq!(p.data.read_to_end(&mut rest).unwrap_or(0), 0, "nothing more on the reset stream");
+        let (mine, theirs) = UnixStream::pair().unwrap();
+        p.feed.add(conn(theirs, REPLACEMENT_INDEX));
+        let mut mine = mine;
+        // In any order: the reset stream's idle worker may take one and hand it back first.
+        let mut again: Vec<u64> = (0..2).map(|_| frame(&mut mine)).collect();
+        again.sort();
+        assert_eq!(again, sent[1..].to_vec());
+        p.w.send(&Control::FileDone(vec![0])).unwrap();
+        p.w.send(&Control::Summary(Summary::default())).unwrap();
+        while !matches!(p.r.recv().unwrap(), Control::Bye) {}
+        p.w.send(&Control::Bye).unwrap();
+        p.sender.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn a_skipped_record_is_sent_again_alone_on_the_same_stream() {
+        let mut p = start(true);
+        let sent: Vec<u64> = (0..3).map(|_| frame(&mut p.data)).collect();
+        // FileEnd went out once the three frames did; the resend does not repeat it.
+        while !matches!(p.r.recv().unwrap(), Control::FileEnd { .. }) {}
+        p.w.send(&Control::RecordBad { index: 0, seq: 1 }).unwrap();
+        match p.r.recv().unwrap() {
+            Control::Resending { index: 0, chunks: 1, bytes } => assert_eq!(bytes, CHUNK as u64),
+            other => panic!("expected Resending, got {other:?}"),
+        }
+        assert_eq!(frame(&mut p.data), sent[1], "the chunk of frame 1, on the stream that goes on");
+        p.w.send(&Control::FileDone(vec![0])).unwrap();
+        p.w.send(&Control::Summary(Summary::default())).unwrap();
+        while !matches!(p.r.recv().unwrap(), Control::Bye) {}
+        p.w.send(&Control::Bye).unwrap();
+        p.sender.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn refuses_a_bad_record_that_was_not_sent() {
+        refused(start(true), Control::RecordBad { index: 0, seq: 1_000 }, "not sent");
+    }
+
+    #[test]
+    fn refuses_a_reset_of_a_stream_that_does_not_exist() {
+        refused(start(true), Control::StreamReset { index: 7, received: 0 }, "does not exist");
+    }
+
+    #[test]
+    fn refuses_a_reset_claiming_more_frames_than_were_sent() {
+        refused(start(true), Control::StreamReset { index: 0, received: 1_000_000 }, "more frames than were sent");
+    }
+
+    #[test]
+    fn without_the_feature_a_reset_is_a_protocol_error() {
+        refused(start(false), Control::StreamReset { index: 0, received: 0 }, "unexpected message");
+    }
 }

@@ -143,7 +143,7 @@ pub fn serve_session(
     let _close = Defer(move || closer.close());
     let mut reader = CtrlReader::new(halves.reader);
     let writer = Arc::new(CtrlWriter::new(halves.writer));
-    let key = crate::handshake::server(&mut reader, &writer, &secret_key, &exporter, announce.then_some(data_addr.as_bytes()))?;
+    let (key, client_features) = crate::handshake::server(&mut reader, &writer, &secret_key, &exporter, announce.then_some(data_addr.as_bytes()))?;
     let refuse = |m: String| {
         let _ = writer.send(&Control::Fatal { side: Side::Network, message: m.clone() });
         TransferError::fatal(Side::Network, m)
@@ -227,6 +227,11 @@ pub fn serve_session(
     // Streams the client opens join the session as they arrive; the control exchange (the
     // manifest, the first wants) goes on meanwhile instead of waiting a round trip for them.
     let expect_client_streams = conns.is_empty();
+    // Corrupted data streams are reset and repaired if the client can (Hello bit 5). The client
+    // opens the replacements; they join like any late stream. Not in a third-party session,
+    // whose relaying client does not pass the messages on, nor with --reverse, where nobody
+    // could open a replacement and the last reset would leave the session without streams.
+    let resets = client_features & tern_proto::msg::FEATURE_STREAM_RESET != 0 && !options.third_party() && reverse_to.is_none();
     let forward = move |feed: Box<dyn Fn(DataConn) + Send + Sync>, fail: Box<dyn Fn(TransferError) + Send + Sync>| {
         thread::spawn(move || {
             let (feed, fail) = (Arc::new(feed), Arc::new(fail));
@@ -259,14 +264,14 @@ pub fn serve_session(
     };
     match role {
         Role::Sender => {
-            let sending = Sending::new();
+            let sending = Sending::new().with_resets(resets, None);
             let (feed, failed) = (sending.feed(), sending.feed());
             forward(Box::new(move |c| feed.add(c)), Box::new(move |e| failed.fail(e)));
             let params = SenderParams { sources: specs, options, progress, memory: Arc::new(Mutex::new(SendMemory::default())), rate: None, filter, list: list.map(Arc::new) };
             sending.run(reader, writer, conns, params)
         }
         Role::Receiver => {
-            let receiving = Receiving::new();
+            let receiving = Receiving::new().with_resets(resets, None);
             let (feed, failed) = (receiving.feed(), receiving.feed());
             forward(Box::new(move |c| feed.add(c)), Box::new(move |e| failed.fail(e)));
             let params = ReceiverParams {

@@ -12,7 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use tern_proto::filter::{Filter, FilterRule};
-use tern_proto::msg::{FEATURE_FILE_LIST, FEATURE_FILTERS, FEATURE_IGNORE_EXISTING, Role, Summary};
+use tern_proto::msg::{FEATURE_FILE_LIST, FEATURE_FILTERS, FEATURE_IGNORE_EXISTING, FEATURE_STREAM_RESET, Role, Summary};
 use tern_proto::{Control, Options};
 
 use crate::control::{CtrlReader, CtrlWriter};
@@ -22,7 +22,7 @@ use crate::error::{Scope, Side, TransferError};
 use crate::progress::Progress;
 use crate::ratelimit::RateLimit;
 use crate::receiver::{ReceiverParams, Receiving};
-use crate::sender::{SendMemory, SenderParams, Sending};
+use crate::sender::{Reopen, SendMemory, SenderParams, Sending};
 use crate::server::source_spec;
 use crate::transport::{ControlHalves, Stream, random, tls_control_client, tune_socket};
 
@@ -143,7 +143,7 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
             };
             let recv = thread::spawn(move || Receiving::new().run(CtrlReader::new(server_half.reader), Arc::new(CtrlWriter::new(server_half.writer)), theirs, params));
             let client_half = ControlHalves::from_unix(c1).map_err(local_err)?;
-            let r = run_sender(spec, options, progress, memory, rate, CtrlReader::new(client_half.reader), Arc::new(CtrlWriter::new(client_half.writer)), Streams::Ready(mine), None);
+            let r = run_sender(spec, options, progress, memory, rate, CtrlReader::new(client_half.reader), Arc::new(CtrlWriter::new(client_half.writer)), Streams::Ready(mine), None, NO_RESETS);
             let rr = recv.join().unwrap_or_else(|_| Err(TransferError::fatal(Side::Destination, "receiver thread panicked")));
             // The receiver's own error (disk full, say) says more than the sender's view.
             match (r, rr) {
@@ -191,7 +191,7 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
                 let rtt = early.as_ref().and_then(EarlyStreams::fastest).map_or(rtt, |c| c.min(rtt));
                 initial_streams(spec, &mut options, rtt);
                 let preconnected = early.map(|e| e.admit(options.streams)).unwrap_or_default();
-                run_remote(spec, &mut options, progress, memory, rate, reader, writer, session_key, push, path, &data_host, reverse.as_ref(), preconnected)
+                run_remote(spec, &mut options, progress, memory, rate, reader, writer, session_key, push, path, &data_host, None, reverse.as_ref(), preconnected, resets_with(features))
             })();
             r.map_err(|e| conn.explain(e))
         }
@@ -212,7 +212,9 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
             let writer = Arc::new(CtrlWriter::new(halves.writer));
             let (session_key, _, features) = crate::handshake::client(&mut reader, &writer, &key, &exporter, &format!("the daemon at {addr}"), true, None)?;
             send_filters(&writer, features, spec, !push, &format!("the daemon at {addr}"))?;
-            run_remote(spec, &mut options, progress, memory, rate, reader, writer, session_key, push, path, &bracket(host), None, preconnected)
+            // A daemon takes data on the port we reached it on; its own view of its address (in
+            // `Ready`) is wrong behind a port forward, NAT or relay.
+            run_remote(spec, &mut options, progress, memory, rate, reader, writer, session_key, push, path, &bracket(host), Some(addr.as_str()), None, preconnected, resets_with(features))
         }
     }
 }
@@ -317,8 +319,10 @@ fn run_remote(
     push: bool,
     remote_path: &str,
     data_host: &str,
+    data_at: Option<&str>,
     reverse: Option<&std::net::TcpListener>,
     preconnected: Vec<thread::JoinHandle<std::io::Result<Preconnected>>>,
+    resets: bool,
 ) -> Result<Summary, TransferError> {
     let (role, sources, destination) = if push {
         let srcs = spec.sources.iter().map(|s| s.path_str().into_bytes()).collect();
@@ -336,9 +340,14 @@ fn run_remote(
     let auth = StreamAuth { session_id, session_key, encrypt: !options.no_encrypt() };
     if let Some(listener) = reverse {
         let conns = accept_reverse(listener, &auth, options.streams)?;
-        return run_local_role(spec, *options, progress, memory, rate, reader, writer, Streams::Ready(conns), None, push);
+        // The server dialled these and nobody can open a replacement (the server decides the
+        // same): a corrupted stream stays fatal, as without bit 5.
+        return run_local_role(spec, *options, progress, memory, rate, reader, writer, Streams::Ready(conns), None, push, NO_RESETS);
     }
-    let data_addr = data_address(&data_addr, data_host)?;
+    let data_addr = match data_at {
+        Some(a) => a.to_string(),
+        None => data_address(&data_addr, data_host)?,
+    };
     let bufsize = spec.bufsize;
     // One way to open a stream, for the session's first ones and the ramp's later ones.
     let open: Arc<dyn Fn(u32) -> Result<DataConn, TransferError> + Send + Sync> = {
@@ -374,8 +383,9 @@ fn run_remote(
             })
         })
     };
+    let reopen: Reopen = open.clone();
     let opener = move |i: u32| open(i).ok();
-    run_local_role(spec, *options, progress, memory, rate, reader, writer, Streams::Connecting(connecting), Some(Box::new(opener)), push)
+    run_local_role(spec, *options, progress, memory, rate, reader, writer, Streams::Connecting(connecting), Some(Box::new(opener)), push, (resets, Some(reopen)))
 }
 
 fn stream_error(data_addr: &str, e: &std::io::Error) -> TransferError {
@@ -535,12 +545,13 @@ fn run_local_role(
     streams: Streams,
     opener: Option<Opener>,
     push: bool,
+    repair: Repairing,
 ) -> Result<Summary, TransferError> {
     let options = &options;
     if push {
-        run_sender(spec, *options, progress, memory, rate, reader, writer, streams, opener)
+        run_sender(spec, *options, progress, memory, rate, reader, writer, streams, opener, repair)
     } else {
-        let receiving = Receiving::new();
+        let receiving = Receiving::new().with_resets(repair.0, repair.1);
         let (add, fail) = (receiving.feed(), receiving.feed());
         let conns = attach_streams(spec, progress, streams, opener, Arc::new(move |c| add.add(c)), Box::new(move |e| fail.fail(e)));
         let params = ReceiverParams {
@@ -560,6 +571,15 @@ fn run_local_role(
 }
 
 type Opener = Box<dyn Fn(u32) -> Option<DataConn> + Send>;
+/// Whether corrupted streams are reset and repaired (the server has Hello feature bit 5), and
+/// how to open a replacement (`docs/protocol.md`, "Repairing a corrupted data stream").
+type Repairing = (bool, Option<Reopen>);
+const NO_RESETS: Repairing = (false, None);
+
+/// Whether this session repairs corrupted data streams: both ends have Hello feature bit 5.
+fn resets_with(server_features: u64) -> bool {
+    server_features & crate::handshake::our_features() & FEATURE_STREAM_RESET != 0
+}
 type Connecting = Box<dyn FnOnce() -> Result<Vec<DataConn>, TransferError> + Send>;
 
 /// A session's initial data streams: set up already, or still connecting.
@@ -613,6 +633,7 @@ fn run_sender(
     writer: Arc<CtrlWriter>,
     streams: Streams,
     opener: Option<Opener>,
+    repair: Repairing,
 ) -> Result<Summary, TransferError> {
     let sources = spec
         .sources
@@ -622,7 +643,7 @@ fn run_sender(
             _ => unreachable!("push has local sources"),
         })
         .collect();
-    let sending = Sending::new();
+    let sending = Sending::new().with_resets(repair.0, repair.1);
     let (add, fail) = (sending.feed(), sending.feed());
     let conns = attach_streams(spec, progress, streams, opener, Arc::new(move |c| add.add(c)), Box::new(move |e| fail.fail(e)));
     let params = SenderParams { sources, options, progress: progress.clone(), memory: memory.clone(), rate: rate.clone(), filter: compile_filter(spec)?, list: spec.files_from.clone() };

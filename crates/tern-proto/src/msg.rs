@@ -121,6 +121,10 @@ pub const FEATURE_FILE_LIST: u64 = 8;
 /// Hello feature bit: this peer, as the receiver, honours option bit 11 (`--ignore-existing`).
 /// An older receiver would ignore the bit and overwrite what the user meant to keep.
 pub const FEATURE_IGNORE_EXISTING: u64 = 16;
+/// Hello feature bit: this peer sends and answers `StreamReset`/`Resending`: a data stream whose
+/// record fails authentication is dropped and its frames in flight sent again, instead of
+/// failing the session (`docs/protocol.md`, "Repairing a corrupted data stream").
+pub const FEATURE_STREAM_RESET: u64 = 32;
 /// Most paths one transfer's `FileList` messages may carry in all.
 pub const MAX_FILE_LIST: usize = 1_000_000;
 /// Most bytes of paths they may carry in all (a million paths of 4 KiB would be 4 GiB).
@@ -251,6 +255,26 @@ pub enum Control {
     Filters(Vec<FilterRule>),
     /// Before `Open`, repeated: paths under the source directory to copy instead of walking it.
     FileList(Vec<Vec<u8>>),
+    /// Receiver → sender (`FEATURE_STREAM_RESET`): data stream `index` carried a record that
+    /// failed authentication and is closed; the receiver accepted its first `received` chunk
+    /// frames, the sender sends the rest again.
+    StreamReset {
+        index: u32,
+        received: u64,
+    },
+    /// Receiver → sender (`FEATURE_STREAM_RESET`): chunk frame `seq` of data stream `index`
+    /// failed authentication and was skipped; the stream goes on, the sender sends it again.
+    RecordBad {
+        index: u32,
+        seq: u64,
+    },
+    /// Sender → receiver, the answer to `StreamReset` and `RecordBad`: what it queued again,
+    /// for the summary.
+    Resending {
+        index: u32,
+        chunks: u64,
+        bytes: u64,
+    },
 }
 
 const MAGIC: &[u8; 4] = b"TERN";
@@ -281,6 +305,9 @@ impl Control {
             Control::Listening { .. } => 21,
             Control::Filters(_) => 22,
             Control::FileList(_) => 23,
+            Control::StreamReset { .. } => 24,
+            Control::Resending { .. } => 25,
+            Control::RecordBad { .. } => 26,
         }
     }
 
@@ -360,6 +387,15 @@ impl Control {
             }
             Control::ChunkBad { id, chunk } => {
                 w.u64(*id).u64(*chunk);
+            }
+            Control::StreamReset { index, received } => {
+                w.u32(*index).u64(*received);
+            }
+            Control::Resending { index, chunks, bytes } => {
+                w.u32(*index).u64(*chunks).u64(*bytes);
+            }
+            Control::RecordBad { index, seq } => {
+                w.u32(*index).u64(*seq);
             }
             Control::Summary(s) => {
                 w.u64(s.files_done).u64(s.files_failed).u64(s.bytes_written);
@@ -514,6 +550,9 @@ impl Control {
             }
             11 => Control::FileError { id: r.u64("id")?, side: Side::from_u8(r.u8("side")?)?, message: r.message()? },
             12 => Control::ChunkBad { id: r.u64("id")?, chunk: r.u64("chunk")? },
+            24 => Control::StreamReset { index: r.u32("stream index")?, received: r.u64("frames received")? },
+            25 => Control::Resending { index: r.u32("stream index")?, chunks: r.u64("chunks")?, bytes: r.u64("bytes")? },
+            26 => Control::RecordBad { index: r.u32("stream index")?, seq: r.u64("frame sequence")? },
             13 => Control::Summary(Summary {
                 files_done: r.u64("files_done")?,
                 files_failed: r.u64("files_failed")?,
@@ -621,6 +660,9 @@ mod tests {
         roundtrip(Control::FileDone(vec![1, 2, 3]));
         roundtrip(Control::FileError { id: 4, side: Side::Destination, message: "no space".into() });
         roundtrip(Control::ChunkBad { id: 4, chunk: 2 });
+        roundtrip(Control::StreamReset { index: 65537, received: 12 });
+        roundtrip(Control::Resending { index: 3, chunks: 5, bytes: 5 << 22 });
+        roundtrip(Control::RecordBad { index: 65536, seq: 1 << 40 });
         roundtrip(Control::Summary(Summary { files_done: 1, deleted: 2, ..Default::default() }));
         roundtrip(Control::Fatal { side: Side::Network, message: "x".into() });
         roundtrip(Control::Plan { action: PlanAction::Delete, path: b"old".to_vec() });
@@ -669,6 +711,8 @@ mod tests {
     fn feature_bits_are_distinct() {
         assert_eq!(FEATURE_THIRD_PARTY & FEATURE_EARLY_DATA_ADDR, 0);
         assert_eq!(FEATURE_EARLY_DATA_ADDR, 1 << 1);
+        let all = [FEATURE_THIRD_PARTY, FEATURE_EARLY_DATA_ADDR, FEATURE_FILTERS, FEATURE_FILE_LIST, FEATURE_IGNORE_EXISTING, FEATURE_STREAM_RESET];
+        assert_eq!(all.iter().fold(0, |a, b| a | b).count_ones() as usize, all.len());
     }
 
     #[test]
