@@ -10,6 +10,10 @@ pub struct RateLimit {
 
 impl RateLimit {
     pub fn new(bytes_per_sec: u64) -> Self {
+        // A zero rate would wait forever (and a division by it is infinite): callers mean "no
+        // limit" by None, so this is a caller's bug; keep it harmless anyway.
+        debug_assert!(bytes_per_sec > 0, "a zero rate limit");
+        let bytes_per_sec = bytes_per_sec.max(1);
         Self { bytes_per_sec: bytes_per_sec as f64, state: Mutex::new((0.0, Instant::now())) }
     }
 
@@ -22,7 +26,8 @@ impl RateLimit {
             s.0 = (s.0 + now.duration_since(s.1).as_secs_f64() * self.bytes_per_sec).min(burst);
             s.1 = now;
             s.0 -= n as f64;
-            if s.0 < 0.0 { Duration::from_secs_f64(-s.0 / self.bytes_per_sec) } else { Duration::ZERO }
+            // Bounded: no single wait longer than a minute, whatever the arithmetic says.
+            if s.0 < 0.0 { Duration::from_secs_f64((-s.0 / self.bytes_per_sec).min(60.0)) } else { Duration::ZERO }
         };
         if !wait.is_zero() {
             std::thread::sleep(wait);

@@ -104,9 +104,10 @@ pub(crate) struct Common {
     /// 3.4 s with 1M, 3.6-3.9 s with 4M; the same on a 68 ms path).
     #[arg(long, value_parser = parse_size, default_value = "1M")]
     chunk_size: u64,
-    /// Cap the rate, e.g. 100M (bytes/s) or 800Mbit.
+    /// Cap the rate: KiB/s like rsync (--bwlimit 1000), or with a unit: 100M (MiB/s), 500KB
+    /// (decimal bytes), 800Mbit or 1Gbps (bits/s). 0 means no limit.
     #[arg(long, value_parser = parse_rate)]
-    bwlimit: Option<u64>,
+    bwlimit: Option<Rate>,
     /// Send data unencrypted (every chunk stays authenticated with keyed BLAKE3).
     #[arg(long)]
     no_encrypt: bool,
@@ -338,7 +339,7 @@ pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: boo
     if third_party && ![&sources[0], &dest].iter().all(|e| matches!(e, Endpoint::Daemon { .. })) {
         bail!("both ends are remote: that works between two tern:// daemons only (for ssh endpoints run tern on one of the hosts)");
     }
-    if third_party && (c.reverse || c.bwlimit.is_some()) {
+    if third_party && (c.reverse || c.bwlimit.and_then(|r| r.0).is_some()) {
         bail!("--reverse and --bwlimit do not apply to a tern:// to tern:// copy (the daemons move the data)");
     }
     if c.reverse && ![&sources[0], &dest].iter().any(|e| matches!(e, Endpoint::Ssh { .. })) {
@@ -399,7 +400,7 @@ pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: boo
         },
         token_file: c.token_file.clone(),
         dst_token_file: c.dst_token_file.clone(),
-        bwlimit: c.bwlimit,
+        bwlimit: c.bwlimit.and_then(|r| r.0),
         bufsize: c.tcp_buffer.map(|b| b as usize),
         retry_for: Duration::from_secs(c.retry_for),
         filters: c.filters.rules.clone(),
@@ -510,25 +511,62 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     Ok((n * mult as f64) as u64)
 }
 
-/// Bytes per second; `800Mbit` or `1Gbit` are bits per second.
-fn parse_rate(s: &str) -> Result<u64, String> {
-    let t = s.trim().trim_end_matches("/s");
-    if let Some(bits) = t.strip_suffix("bit") {
-        let n = parse_size(bits)?;
-        // Network rates are decimal: 1Gbit = 10^9 bits.
-        let dec = n as f64
-            / if bits.ends_with(['g', 'G']) {
-                (1u64 << 30) as f64 / 1e9
-            } else if bits.ends_with(['m', 'M']) {
-                (1u64 << 20) as f64 / 1e6
-            } else if bits.ends_with(['k', 'K']) {
-                1024.0 / 1e3
-            } else {
-                1.0
-            };
-        return Ok((dec / 8.0) as u64);
+/// `--bwlimit` as rsync reads it: a plain number is KiB/s, `K`/`M`/`G`/`T` are KiB/MiB/GiB/TiB
+/// per second, `KB`/`MB`/`GB` decimal bytes; bit rates are spelt as such (`800Mbit`, `1Gbps`,
+/// `1Gb/s`, decimal). `0` means no limit. `None` = unlimited.
+pub(crate) fn parse_rate(s: &str) -> Result<Rate, String> {
+    parse_rate_value(s).map(Rate)
+}
+
+/// A parsed `--bwlimit`: bytes per second, `None` for no limit (`0`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Rate(pub(crate) Option<u64>);
+
+fn parse_rate_value(s: &str) -> Result<Option<u64>, String> {
+    const FORMS: &str = "give KiB/s like rsync (1000), bytes with a unit (100M, 1G, 500KB) or bits (800Mbit, 1Gbps, 1Gb/s); 0 means no limit";
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| format!("--bwlimit '{s}': {FORMS}"))?;
+    if !n.is_finite() || n < 0.0 {
+        return Err(format!("--bwlimit '{s}': {FORMS}"));
     }
-    parse_size(t)
+    let unit = unit.trim();
+    let unit = unit.strip_suffix("/s").unwrap_or(unit);
+    let bytes_per_sec = match unit {
+        "" => n * 1024.0,
+        "K" | "k" | "KiB" => n * 1024.0,
+        "M" | "m" | "MiB" => n * (1u64 << 20) as f64,
+        "G" | "g" | "GiB" => n * (1u64 << 30) as f64,
+        "T" | "t" | "TiB" => n * (1u64 << 40) as f64,
+        "B" => n,
+        "KB" | "kB" => n * 1e3,
+        "MB" => n * 1e6,
+        "GB" => n * 1e9,
+        "TB" => n * 1e12,
+        _ => {
+            // Bits per second, decimal as network rates are: 1Gbit = 10^9 bits.
+            let scale = ["bit", "bps", "b"].iter().find_map(|suffix| unit.strip_suffix(suffix)).and_then(|p| match p {
+                "" => Some(1.0),
+                "K" | "k" => Some(1e3),
+                "M" | "m" => Some(1e6),
+                "G" | "g" => Some(1e9),
+                "T" | "t" => Some(1e12),
+                _ => None,
+            });
+            match scale {
+                Some(scale) => n * scale / 8.0,
+                None => return Err(format!("--bwlimit '{s}': unknown unit '{unit}'; {FORMS}")),
+            }
+        }
+    };
+    if n == 0.0 {
+        return Ok(None);
+    }
+    if bytes_per_sec < 1024.0 {
+        return Err(format!("--bwlimit '{s}' is below 1 KiB/s; {FORMS}"));
+    }
+    Ok(Some(bytes_per_sec as u64))
 }
 
 fn parse_range(s: &str) -> Result<(u16, u16), String> {
@@ -539,4 +577,30 @@ fn parse_range(s: &str) -> Result<(u16, u16), String> {
         return Err(format!("bad port range '{s}'"));
     }
     Ok((lo, hi))
+}
+
+#[cfg(test)]
+mod rate_tests {
+    use super::parse_rate_value as rate;
+
+    #[test]
+    fn bwlimit_reads_like_rsync() {
+        assert_eq!(rate("0"), Ok(None), "0 is no limit");
+        assert_eq!(rate("0.0"), Ok(None));
+        assert_eq!(rate("1000"), Ok(Some(1000 * 1024)), "plain numbers are KiB/s");
+        assert!(rate("0.5").is_err(), "below 1 KiB/s is refused, never a panic");
+        assert_eq!(rate("1.5"), Ok(Some(1536)));
+        assert_eq!(rate("100M"), Ok(Some(100 << 20)));
+        assert_eq!(rate("1G"), Ok(Some(1 << 30)));
+        assert_eq!(rate("500KB"), Ok(Some(500_000)));
+        assert_eq!(rate("100MB/s"), Ok(Some(100_000_000)));
+        assert_eq!(rate("800Mbit"), Ok(Some(100_000_000)));
+        assert_eq!(rate("1Gbps"), Ok(Some(125_000_000)));
+        assert_eq!(rate("1Gb/s"), Ok(Some(125_000_000)));
+        assert_eq!(rate("1Gbit"), Ok(Some(125_000_000)));
+        for bad in ["", "-1", "fast", "1Q", "1Gbx", "nan", "inf", "1e3"] {
+            let e = rate(bad).unwrap_err();
+            assert!(e.contains("--bwlimit") && e.contains("0 means no limit"), "{bad}: {e}");
+        }
+    }
 }

@@ -280,3 +280,22 @@ fn fail_fast_stops_at_the_unreadable_file() {
     assert!(r.json["errors"][0]["message"].as_str().unwrap().contains("--fail-fast"), "{}", r.json);
     assert!(!dst.join("ff/f0").exists());
 }
+
+/// `--bwlimit 0` and `0.5` used to panic in the rate limiter and then hang: 0 is no limit (as in
+/// rsync), a rate below 1 KiB/s is refused in one line before anything starts.
+#[test]
+fn bwlimit_zero_is_no_limit_and_a_tiny_rate_is_refused() {
+    let t = scratch();
+    write_file(&t.path().join("f"), 1, 3 << 20);
+    let dst = t.path().join("g");
+    let r = tern(&["cp", "--bwlimit", "0", t.path().join("f").to_str().unwrap(), dst.to_str().unwrap()], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_eq!(fs::read(&dst).unwrap(), data(1, 3 << 20));
+    let r = tern(&["cp", "--bwlimit", "0.5", t.path().join("f").to_str().unwrap(), t.path().join("h").to_str().unwrap()], &[]);
+    assert_eq!(r.out.status.code(), Some(2), "{}", r.stderr());
+    assert!(r.stderr().contains("below 1 KiB/s") && r.stderr().contains("0 means no limit"), "{}", r.stderr());
+    assert!(!t.path().join("h").exists());
+    // A plain number is KiB/s as in rsync: 1000 KiB/s moves 3 MiB in about 3 s, not 3,000 s.
+    let r = tern(&["cp", "--bwlimit", "1000", t.path().join("f").to_str().unwrap(), t.path().join("k").to_str().unwrap()], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+}
