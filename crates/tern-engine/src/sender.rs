@@ -574,12 +574,22 @@ fn file_end(id: u64, f: &FileState) -> Control {
     }
 }
 
+/// An upper bound on an entry's encoded size in an `Entries` message (path, link target and
+/// the fixed fields with their length prefixes).
+fn entry_wire_bytes(f: &SrcFile) -> usize {
+    f.rel.len() + f.target.len() + 128
+}
+
 const CHANGED: &str = "file changed while it was being sent (size or mtime differs); re-run to send the new version";
 
 /// Walks the sources, registering entries with the main loop before announcing them.
 fn walker(events: Sender<Event>, writer: Arc<CtrlWriter>, sources: Vec<SourceSpec>, opts: Options, memory: Arc<Mutex<SendMemory>>, filter: Filter, list: Option<Arc<Vec<Vec<u8>>>>) {
     const BATCH: usize = 512;
+    // A batch is also cut by bytes: 512 entries of 4 KiB paths and link targets would be 4 MiB,
+    // four times a control frame. Half a frame leaves room for the largest single entry.
+    const BATCH_BYTES: usize = (tern_proto::limits::MAX_CONTROL_FRAME as usize) / 2;
     let mut batch: Vec<SrcFile> = Vec::with_capacity(BATCH);
+    let mut batch_bytes = 0usize;
     let mut next_id = 0u64;
     let (mut files, mut bytes) = (0u64, 0u64);
     let mut failed: Option<TransferError> = None;
@@ -608,12 +618,14 @@ fn walker(events: Sender<Event>, writer: Arc<CtrlWriter>, sources: Vec<SourceSpe
             files += 1;
             bytes += f.size;
         }
+        batch_bytes += entry_wire_bytes(&f);
         batch.push(f);
-        if batch.len() >= BATCH
-            && let Err(e) = flush(&mut batch, &mut next_id)
-        {
-            failed = Some(e);
-            return false;
+        if batch.len() >= BATCH || batch_bytes >= BATCH_BYTES {
+            batch_bytes = 0;
+            if let Err(e) = flush(&mut batch, &mut next_id) {
+                failed = Some(e);
+                return false;
+            }
         }
         true
     };

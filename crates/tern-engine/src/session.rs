@@ -261,7 +261,8 @@ pub(crate) fn send_filters(writer: &CtrlWriter, features: u64, spec: &ClientSpec
         if features & FEATURE_FILE_LIST == 0 {
             return Err(too_old("--files-from"));
         }
-        for part in list.chunks(tern_proto::limits::MAX_LIST) {
+        // Cut by count and by bytes: 4,096 paths of 4 KiB each would be 16 MiB in one frame.
+        for part in crate::session::byte_bounded(list, tern_proto::limits::MAX_LIST, tern_proto::limits::MAX_CONTROL_FRAME as usize / 2) {
             writer.send(&Control::FileList(part.to_vec()))?;
         }
     }
@@ -834,6 +835,25 @@ pub fn ssh_command(spec: &ClientSpec, host: &str) -> Command {
     }
     cmd.args(["--", host]);
     cmd
+}
+
+/// Consecutive slices of `items` holding at most `count` paths and about `bytes` bytes of them
+/// (a single longer path still goes alone).
+pub(crate) fn byte_bounded(items: &[Vec<u8>], count: usize, bytes: usize) -> Vec<&[Vec<u8>]> {
+    let mut parts = Vec::new();
+    let (mut start, mut size) = (0, 0);
+    for (i, item) in items.iter().enumerate() {
+        let n = item.len() + 8;
+        if i > start && (i - start >= count || size + n > bytes) {
+            parts.push(&items[start..i]);
+            (start, size) = (i, 0);
+        }
+        size += n;
+    }
+    if start < items.len() {
+        parts.push(&items[start..]);
+    }
+    parts
 }
 
 pub fn hex(b: &[u8]) -> String {
