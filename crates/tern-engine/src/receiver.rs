@@ -159,6 +159,9 @@ struct Ctx<'a> {
     unfinished: u64,
     outstanding_bytes: u64,
     outstanding_files: usize,
+    /// Files handed to the finalizer and not yet back: they still hold their descriptors, so
+    /// they count against the files window (not against the bytes window: their data is here).
+    finalizing: usize,
     sinks: Sinks,
     finalize: Sender<ToFinalize>,
     done_ids: Vec<u64>,
@@ -226,6 +229,7 @@ impl Receiving {
             unfinished: 0,
             outstanding_bytes: 0,
             outstanding_files: 0,
+            finalizing: 0,
             sinks: sinks.clone(),
             finalize: fin_tx,
             done_ids: Vec::new(),
@@ -407,11 +411,13 @@ fn handle(ctx: &mut Ctx, ev: Event, spawn: &mut dyn FnMut(DataConn), root_cell: 
             fail_file(ctx, id, Side::Destination, e.message.clone())?;
         }
         Event::Finalized { id } => {
+            ctx.finalizing = ctx.finalizing.saturating_sub(1);
             ctx.sinks.write().unwrap().remove(&id);
             ctx.done_ids.push(id);
             mark_done(ctx, id, true);
         }
         Event::FinalizeFailed { id, message } => {
+            ctx.finalizing = ctx.finalizing.saturating_sub(1);
             ctx.sinks.write().unwrap().remove(&id);
             let retry = ctx.files.get(&id).is_some_and(|f| f.file_retries == 0 && message.starts_with(MISMATCH));
             if retry {
@@ -535,6 +541,7 @@ fn try_complete(ctx: &mut Ctx, id: u64) -> Result<(), TransferError> {
         // Throw the partial state away before a retry.
         let _ = fsops::unlink_at(&*sink.parent, &sink.journal_name);
         let _ = fsops::unlink_at(&*sink.parent, &sink.tmp);
+        ctx.finalizing += 1;
         let _ = ctx.finalize.send(ToFinalize { id, sink, expected: None, more_coming: true });
         return Ok(());
     }
@@ -542,7 +549,10 @@ fn try_complete(ctx: &mut Ctx, id: u64) -> Result<(), TransferError> {
     // All its data is here: the file leaves the flow-control window (finalizing is local work).
     f.state = State::Finalizing;
     ctx.outstanding_files -= 1;
-    let _ = ctx.finalize.send(ToFinalize { id, sink, expected, more_coming: ctx.outstanding_files > 0 });
+    ctx.finalizing += 1;
+    // With the window full, nothing more can arrive before this batch is done: do not wait.
+    let more_coming = ctx.outstanding_files > 0 && ctx.outstanding_files + ctx.finalizing < ctx.p.window_files;
+    let _ = ctx.finalize.send(ToFinalize { id, sink, expected, more_coming });
     Ok(())
 }
 
@@ -561,7 +571,8 @@ fn dir_fd(ctx: &mut Ctx, rel: &[u8]) -> std::io::Result<Arc<OwnedFd>> {
         }
         Err(e) => return Err(e),
     };
-    if ctx.dirs.len() > 512 {
+    // Bounded by the descriptor limit: a wide tree must not hold one descriptor per directory.
+    if ctx.dirs.len() >= crate::session::dir_cache_size() {
         ctx.dirs.clear();
     }
     let fd = Arc::new(fd);
@@ -700,7 +711,7 @@ fn issue_wants(ctx: &mut Ctx) -> Result<(), TransferError> {
     // between messages would let a path with many small files run dry.
     loop {
         let mut wants = Vec::new();
-        while ctx.outstanding_files < ctx.p.window_files && ctx.outstanding_bytes < ctx.p.window_bytes && wants.len() < 1024 {
+        while ctx.outstanding_files + ctx.finalizing < ctx.p.window_files && ctx.outstanding_bytes < ctx.p.window_bytes && wants.len() < 1024 {
             let Some(id) = ctx.pending.pop_front() else { break };
             match prepare(ctx, id) {
                 Ok(ranges) => wants.push(WantFile { id, ranges }),

@@ -280,7 +280,7 @@ pub fn serve_session(
                 options,
                 progress,
                 window_bytes: crate::session::WINDOW_BYTES,
-                window_files: if options.concurrency > 0 { options.concurrency as usize } else { crate::session::window_files() },
+                window_files: crate::session::window_files_for(options.concurrency),
                 filter,
             };
             receiving.run(reader, writer, conns, params)

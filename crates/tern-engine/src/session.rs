@@ -30,12 +30,31 @@ use crate::transport::{ControlHalves, Stream, random, tls_control_client, tune_s
 pub const WINDOW_BYTES: u64 = 512 << 20;
 /// Files in flight by default. Keeping a long fat path busy with small files takes many: 1 Gb/s
 /// over 68 ms holds 2,000 files of 4 KiB, and each also waits for its batch to be made durable.
-/// A file in flight may hold a descriptor, so the window stays under half the descriptor limit.
+/// A file in flight holds up to three descriptors at the receiver (its directory, its
+/// temporary, its journal), so the window is what this process's descriptor limit allows after
+/// a reserve for sockets, the directory cache and the sender's open files (local copies run
+/// both sides in one process). Each receiver computes its own: its limit paces the sender.
 pub fn window_files() -> usize {
     const MAX: usize = 16384;
+    const PER_FILE: usize = 3;
+    const RESERVE: usize = 160;
+    (descriptor_limit().saturating_sub(RESERVE + dir_cache_size()) / PER_FILE).clamp(4, MAX)
+}
+
+/// How many directory descriptors the receiver keeps open for reuse.
+pub fn dir_cache_size() -> usize {
+    (descriptor_limit() / 8).clamp(16, 512)
+}
+
+/// A window the client asked for (`--concurrency`) never goes past what descriptors allow.
+pub fn window_files_for(asked: u32) -> usize {
+    if asked == 0 { window_files() } else { (asked as usize).min(window_files()) }
+}
+
+/// This process's soft descriptor limit (1024 if it cannot be read).
+pub fn descriptor_limit() -> usize {
     let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    let fds = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 { lim.rlim_cur as usize } else { 1024 };
-    (fds.saturating_sub(256) / 2).clamp(256, MAX)
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 { lim.rlim_cur.min(1 << 24) as usize } else { 1024 }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -138,7 +157,7 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
                 options,
                 progress: Arc::new(Progress::default()),
                 window_bytes: WINDOW_BYTES,
-                window_files: if options.concurrency > 0 { options.concurrency as usize } else { window_files() },
+                window_files: window_files_for(options.concurrency),
                 filter: compile_filter(spec)?,
             };
             let recv = thread::spawn(move || Receiving::new().run(CtrlReader::new(server_half.reader), Arc::new(CtrlWriter::new(server_half.writer)), theirs, params));
@@ -564,7 +583,7 @@ fn run_local_role(
             options: *options,
             progress: progress.clone(),
             window_bytes: WINDOW_BYTES,
-            window_files: if options.concurrency > 0 { options.concurrency as usize } else { window_files() },
+            window_files: window_files_for(options.concurrency),
             filter: compile_filter(spec)?,
         };
         receiving.run(reader, writer, conns, params)

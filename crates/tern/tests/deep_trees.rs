@@ -53,3 +53,63 @@ fn a_tree_2000_directories_deep_copies() {
     assert!(r.ok(), "{}", r.stderr());
     assert_same_tree(&src, &t.path().join("dst"));
 }
+
+/// `tern ARGS` with at most `nofile` descriptors (soft and hard), as `ulimit -n` gives.
+fn tern_limited(nofile: u32, args: &[&str]) -> Run {
+    let mut cmd = std::process::Command::new("prlimit");
+    cmd.arg(format!("--nofile={nofile}:{nofile}")).arg("--").arg(tern_bin()).args(args).arg("--json").stdin(std::process::Stdio::null());
+    let out = run_bounded(cmd, std::time::Duration::from_secs(300));
+    let json = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+    Run { out, json }
+}
+
+fn many_files(dir: &Path, n: usize, dirs: usize) {
+    for d in 0..dirs {
+        fs::create_dir_all(dir.join(format!("d{d:03}"))).unwrap();
+    }
+    for i in 0..n {
+        let body = if i % 5 == 0 { format!("{i}\n").repeat(i % 300) } else { String::new() };
+        fs::write(dir.join(format!("d{:03}/f{i:06}", i % dirs)), body).unwrap();
+    }
+}
+
+/// 20,000 files (most empty) over 300 directories under `ulimit -n 256` on both sides: used to
+/// fail thousands of files with "Too many open files"; every file now lands.
+#[test]
+fn twenty_thousand_files_under_a_256_descriptor_limit() {
+    let t = scratch();
+    let src = t.path().join("src");
+    many_files(&src, 20_000, 300);
+    let r = tern_limited(256, &["cp", "-r", src.to_str().unwrap(), t.path().join("local").to_str().unwrap()]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_eq!(r.json["files_failed"], 0, "{}", r.json);
+    assert_same_tree(&src, &t.path().join("local"));
+
+    fs::create_dir(t.path().join("root")).unwrap();
+    let d = Daemon::start(&t.path().join("root"), &t.path().join("token"));
+    let st = std::process::Command::new("prlimit").arg(format!("--pid={}", d.child.id())).arg("--nofile=256:256").status().unwrap();
+    assert!(st.success());
+    let r = tern_limited(256, &["cp", "-r", src.to_str().unwrap(), &d.url("/copy"), "--token-file", &d.token_arg()]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_same_tree(&src, &t.path().join("root/copy"));
+    let r = tern_limited(256, &["cp", "-r", &d.url("/copy"), t.path().join("pulled").to_str().unwrap(), "--token-file", &d.token_arg()]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_same_tree(&src, &t.path().join("pulled"));
+}
+
+/// A real tree nobody here wrote, under `ulimit -n 256`: this machine's Rust standard library
+/// sources or documentation (whichever the toolchain has), else /usr/share/doc.
+#[test]
+fn a_real_tree_under_a_256_descriptor_limit() {
+    let sysroot = std::process::Command::new("rustc").args(["--print", "sysroot"]).output().ok().map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+    let candidates = [sysroot.as_ref().map(|s| s.join("lib/rustlib/src/rust/library")), sysroot.as_ref().map(|s| s.join("share/doc")), Some(PathBuf::from("/usr/share/doc"))];
+    let Some(src) = candidates.into_iter().flatten().find(|p| p.is_dir()) else {
+        eprintln!("SKIP: no real tree found");
+        return;
+    };
+    let t = scratch();
+    let r = tern_limited(256, &["cp", "-r", src.to_str().unwrap(), t.path().join("copy").to_str().unwrap()]);
+    eprintln!("{}: {} files, {} bytes", src.display(), r.json["files"], r.json["bytes"]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_same_tree(&src, &t.path().join("copy"));
+}
