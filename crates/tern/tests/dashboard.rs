@@ -85,6 +85,11 @@ fn dashboard_in_headless_chromium() {
         .args(["serve", "--listen", &format!("127.0.0.1:{data_port}"), "--http-listen", &format!("127.0.0.1:{http}")])
         .arg("--root")
         .arg(&root)
+        // Jobs read and write local trees beside the daemon's root.
+        .arg("--job-root")
+        .arg(base)
+        // CI runs as root; this test is not about run-as mapping (tests/service_security.rs is).
+        .arg("--allow-root-transfers")
         .arg("--token-file")
         .arg(&daemon_token)
         .arg("--state-dir")
