@@ -22,8 +22,9 @@ pub struct DestRoot {
 }
 
 impl DestRoot {
-    pub fn open(path: &Path) -> io::Result<Self> {
-        let fd = rfs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+    /// `beneath`: the daemon's root the destination must resolve under, now (fsops::Beneath).
+    pub fn open(beneath: Option<&Beneath>, path: &Path) -> io::Result<Self> {
+        let fd = open_dir(beneath, path)?;
         Ok(Self { fd, path: path.to_path_buf() })
     }
 
@@ -40,6 +41,13 @@ impl DestRoot {
     pub fn dir(&self, rel: &[u8]) -> io::Result<OwnedFd> {
         let rel: &[u8] = if rel.is_empty() { b"." } else { rel };
         Ok(rfs::openat2(&self.fd, rel, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty(), RESOLVE)?)
+    }
+
+    /// Opens directory `rel` (empty = the root) through no symlink at all, for walking what
+    /// `--delete` removes: a link there is an entry to remove, never a way in.
+    pub fn dir_no_links(&self, rel: &[u8]) -> io::Result<OwnedFd> {
+        let rel: &[u8] = if rel.is_empty() { b"." } else { rel };
+        Ok(rfs::openat2(&self.fd, rel, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty(), RESOLVE.union(ResolveFlags::NO_SYMLINKS))?)
     }
 
     /// Creates `rel` and its missing parents (mode 0755 before umask); existing dirs are kept.
@@ -135,19 +143,165 @@ pub fn set_meta_at(dir: &impl AsFd, name: &[u8], mode: Option<u32>, mtime: Optio
     Ok(())
 }
 
-const NAME_MAX: usize = 255;
-
-/// Temporary name for a file being received, and its journal's name.
-pub fn temp_names(name: &[u8]) -> (Vec<u8>, Vec<u8>) {
-    // The leading '.' and the ".tern-journal" suffix must fit in NAME_MAX with the name.
-    let base: Vec<u8> = if 1 + name.len() + ".tern-journal".len() <= NAME_MAX { [b".", name].concat() } else { format!(".tern-{}", &blake3::hash(name).to_hex()[..32]).into_bytes() };
-    ([&base[..], b".tern-part"].concat(), [&base[..], b".tern-journal"].concat())
+/// A directory tern writes in, with the tag that makes its temporary names its own.
+pub struct Dir {
+    pub fd: OwnedFd,
+    pub tag: Tag,
 }
 
-/// Whether a directory entry is one of our temporaries (never deleted by `--delete` as extra,
-/// never listed as data).
-pub fn is_temp_name(name: &[u8]) -> bool {
-    name.starts_with(b".") && (name.ends_with(b".tern-part") || name.ends_with(b".tern-journal"))
+impl Dir {
+    pub fn new(fd: OwnedFd) -> io::Result<Self> {
+        let tag = Tag::of(&fd)?;
+        Ok(Self { fd, tag })
+    }
+}
+
+impl AsFd for Dir {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// Eight hex digits derived from a directory's device and inode (docs/journal.md, "Names").
+/// Every temporary, journal and marker tern keeps in that directory starts with `.tern.TAG.`;
+/// a user's file of such a name in it is refused, never overwritten or hidden. A tree copied
+/// from an interrupted destination carries another directory's tag, so its leftovers are
+/// ordinary files here.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Tag([u8; 8]);
+
+impl Tag {
+    pub fn of(dir: &impl AsFd) -> io::Result<Self> {
+        let st = rfs::fstat(dir)?;
+        let mut h = blake3::Hasher::new();
+        h.update(b"tern dir tag v1");
+        h.update(&(st.st_dev as u64).to_le_bytes());
+        h.update(&(st.st_ino as u64).to_le_bytes());
+        let hex = h.finalize().to_hex();
+        let mut tag = [0u8; 8];
+        tag.copy_from_slice(&hex.as_bytes()[..8]);
+        Ok(Self(tag))
+    }
+
+    fn prefix(&self) -> Vec<u8> {
+        [&b".tern."[..], &self.0, b"."].concat()
+    }
+
+    /// Temporary name for a file `name` being received in this directory, and its journal's.
+    /// Fixed length (a hash of the name), so any name up to NAME_MAX has them.
+    pub fn temp_names(&self, name: &[u8]) -> (Vec<u8>, Vec<u8>) {
+        let hash = blake3::hash(name).to_hex();
+        let base = [&self.prefix()[..], &hash.as_bytes()[..32]].concat();
+        ([&base[..], b".part"].concat(), [&base[..], b".journal"].concat())
+    }
+
+    /// The resume marker of a copy tern created as this directory (layout.rs).
+    pub fn marker(&self) -> Vec<u8> {
+        [&self.prefix()[..], b"incomplete"].concat()
+    }
+
+    /// Whether `name` is in the namespace tern keeps for itself in this directory.
+    pub fn reserves(&self, name: &[u8]) -> bool {
+        name.starts_with(&self.prefix())
+    }
+}
+
+/// Destination confinement: a root every path must resolve beneath (daemon mode), judged by the
+/// kernel on the descriptor at the moment of use (`openat2` with `RESOLVE_BENEATH`), so a link
+/// planted or swapped in by another session is refused, not followed. Links inside the root are
+/// followed as usual.
+#[derive(Debug)]
+pub struct Beneath {
+    fd: OwnedFd,
+    root: PathBuf,
+    /// Canonical path of the root, to place a descriptor within it (`depth`).
+    real: PathBuf,
+}
+
+impl Beneath {
+    /// The operator's root, trusted as named (its own links included).
+    pub fn open(root: &Path) -> io::Result<Self> {
+        let fd = rfs::open(root, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+        let real = std::fs::canonicalize(root)?;
+        Ok(Self { fd, root: root.to_path_buf(), real })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn rel<'a>(&self, path: &'a Path) -> io::Result<&'a Path> {
+        path.strip_prefix(&self.root).map_err(|_| io::Error::from_raw_os_error(libc::EXDEV))
+    }
+
+    fn at(&self, path: &Path, flags: OFlags) -> io::Result<OwnedFd> {
+        let rel = self.rel(path)?;
+        let rel: &Path = if rel.as_os_str().is_empty() { Path::new(".") } else { rel };
+        Ok(rfs::openat2(&self.fd, rel, flags | OFlags::CLOEXEC, Mode::empty(), RESOLVE)?)
+    }
+
+    pub fn open_dir(&self, path: &Path) -> io::Result<OwnedFd> {
+        self.at(path, OFlags::RDONLY | OFlags::DIRECTORY)
+    }
+
+    /// A file to read, never through a final link (links are sent as links).
+    pub fn open_file(&self, path: &Path) -> io::Result<File> {
+        Ok(File::from(self.at(path, OFlags::RDONLY | OFlags::NOFOLLOW)?))
+    }
+
+    /// `stat`, following links that stay beneath. `None` if absent.
+    pub fn stat(&self, path: &Path) -> io::Result<Option<rfs::Stat>> {
+        match self.at(path, OFlags::PATH) {
+            Ok(fd) => Ok(Some(rfs::fstat(&fd)?)),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn mkdir(&self, path: &Path) -> io::Result<()> {
+        let parent = path.parent().ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let name = path.file_name().ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let dir = self.open_dir(parent)?;
+        Ok(rfs::mkdirat(&dir, name, Mode::from_raw_mode(0o755))?)
+    }
+
+    /// How many directories below the root `dir` really is (after every link), or `None` if the
+    /// kernel places it elsewhere.
+    pub fn depth(&self, dir: &impl AsFd) -> Option<usize> {
+        let real = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&dir.as_fd()))).ok()?;
+        real.strip_prefix(&self.real).ok().map(|r| r.components().count())
+    }
+}
+
+/// Opens a directory: beneath a confinement root, or (local and ssh modes: the user's own view)
+/// by its path.
+pub fn open_dir(beneath: Option<&Beneath>, path: &Path) -> io::Result<OwnedFd> {
+    match beneath {
+        Some(b) => b.open_dir(path),
+        None => Ok(rfs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?),
+    }
+}
+
+/// Whether a link at `link_dir_depth` levels below a daemon's root, with this target, can only
+/// resolve beneath the root whatever the tree holds: relative, `..` only at its start, and no
+/// more of them than the directory is deep. Every link tern creates there meets it, so by
+/// induction a chain of them stays inside too; the depth is where the kernel puts the link's
+/// directory, not what its path says (`a/b/up -> ../..` makes `a/b/up/t` a child of the root).
+pub fn link_stays_beneath(link_dir_depth: usize, target: &[u8]) -> bool {
+    if target.is_empty() || target.starts_with(b"/") {
+        return false;
+    }
+    let mut ups = 0usize;
+    let mut seen_name = false;
+    for part in target.split(|&b| b == b'/') {
+        match part {
+            b"" | b"." => {}
+            b".." if seen_name => return false,
+            b".." => ups += 1,
+            _ => seen_name = true,
+        }
+    }
+    ups <= link_dir_depth
 }
 
 #[cfg(test)]
@@ -161,7 +315,7 @@ mod tests {
         std::os::unix::fs::symlink(outside.path(), root_dir.path().join("out")).unwrap();
         std::fs::create_dir(root_dir.path().join("in")).unwrap();
         std::os::unix::fs::symlink("in", root_dir.path().join("inlink")).unwrap();
-        let root = DestRoot::open(root_dir.path()).unwrap();
+        let root = DestRoot::open(None, root_dir.path()).unwrap();
         assert_eq!(root.dir(b"out").unwrap_err().raw_os_error(), Some(libc::EXDEV));
         assert!(root.mkdir_all(b"out/x").is_err());
         assert!(root.dir(b"inlink").is_ok(), "symlinks inside the root are fine");
@@ -171,13 +325,53 @@ mod tests {
     }
 
     #[test]
-    fn temp_names_fit_name_max() {
-        let (p, j) = temp_names(b"x");
-        assert_eq!(p, b".x.tern-part");
-        assert_eq!(j, b".x.tern-journal");
-        let long = vec![b'a'; 250];
-        let (p, j) = temp_names(&long);
-        assert!(p.len() <= NAME_MAX && j.len() <= NAME_MAX);
-        assert!(is_temp_name(&p) && is_temp_name(&j));
+    fn names_are_per_directory_and_reserved() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        let ta = Tag::of(&rfs::open(a.path(), OFlags::RDONLY, Mode::empty()).unwrap()).unwrap();
+        let tb = Tag::of(&rfs::open(b.path(), OFlags::RDONLY, Mode::empty()).unwrap()).unwrap();
+        assert_ne!(ta, tb);
+        let (p, j) = ta.temp_names(b"a");
+        assert!(ta.reserves(&p) && ta.reserves(&j) && ta.reserves(&ta.marker()));
+        assert!(!tb.reserves(&p), "another directory's leftovers are ordinary files there");
+        for user in [&b"a"[..], b".a.tern-part", b".a.tern-journal", b".tern-incomplete", b".tern.", b".tern.x"] {
+            assert!(!ta.reserves(user), "{}", String::from_utf8_lossy(user));
+        }
+        let long = vec![b'a'; 255];
+        let (p, j) = ta.temp_names(&long);
+        assert!(p.len() < 64 && j.len() < 64);
+        assert_ne!(ta.temp_names(b"x").0, ta.temp_names(b"y").0);
+    }
+
+    #[test]
+    fn links_beneath_by_depth() {
+        assert!(link_stays_beneath(0, b"x/y"));
+        assert!(link_stays_beneath(2, b"../../c"));
+        assert!(!link_stays_beneath(1, b"../../c"));
+        assert!(!link_stays_beneath(5, b"a/b/s/../.."), "'..' after a name may climb through a link");
+        assert!(!link_stays_beneath(5, b"/etc"));
+        assert!(!link_stays_beneath(5, b""));
+        assert!(link_stays_beneath(0, b"./x"));
+    }
+
+    #[test]
+    fn beneath_refuses_planted_links_and_places_descriptors_by_resolution() {
+        let outside = tempfile::tempdir().unwrap();
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.join("x")).unwrap();
+        std::os::unix::fs::symlink("../..", root.join("a/b/up")).unwrap();
+        let b = Beneath::open(root).unwrap();
+        assert_eq!(b.open_dir(&root.join("x")).unwrap_err().raw_os_error(), Some(libc::EXDEV));
+        assert!(b.mkdir(&root.join("x/new")).is_err());
+        assert!(DestRoot::open(Some(&b), &root.join("x")).is_err());
+        assert!(b.open_file(&root.join("x/anything")).is_err());
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+        // `a/b/up` says depth 3; the kernel puts it at the root.
+        let up = b.open_dir(&root.join("a/b/up")).unwrap();
+        assert_eq!(b.depth(&up), Some(0));
+        assert_eq!(b.depth(&b.open_dir(&root.join("a/b")).unwrap()), Some(2));
+        assert!(!link_stays_beneath(b.depth(&up).unwrap(), b"../.."));
     }
 }

@@ -4,7 +4,6 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::io::{BufReader, Read};
-use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
@@ -25,7 +24,7 @@ use crate::control::{CtrlReader, CtrlWriter};
 use crate::datastream::DataConn;
 use crate::error::{Side, TransferError, err_text};
 use crate::faults::chunk_hash;
-use crate::fsops::{self, DestRoot};
+use crate::fsops::{self, Beneath, DestRoot, Dir};
 use crate::hashing::{hash_file, is_zero};
 use crate::journal::{Journal, JournalHeader};
 use crate::layout::{self, Layout};
@@ -43,11 +42,16 @@ pub struct ReceiverParams {
     pub window_files: usize,
     /// `--exclude`/`--include` rules: `--delete` leaves what they exclude alone, as rsync does.
     pub filter: Filter,
+    /// Daemon mode: the root every destination path must resolve beneath at the moment of use.
+    pub beneath: Option<Arc<Beneath>>,
+    /// Daemon mode: `tern serve --allow-links-out` (links whose targets may resolve outside the
+    /// root are created as they are instead of refused).
+    pub allow_links_out: bool,
 }
 
 /// A file being written, shared with the stream workers.
 struct Sink {
-    parent: Arc<OwnedFd>,
+    parent: Arc<Dir>,
     tmp: Vec<u8>,
     final_name: Vec<u8>,
     journal_name: Vec<u8>,
@@ -150,10 +154,12 @@ struct Ctx<'a> {
     writer: &'a CtrlWriter,
     layout: Option<Layout>,
     root: Option<DestRoot>,
-    dirs: HashMap<Vec<u8>, Arc<OwnedFd>>,
+    dirs: HashMap<Vec<u8>, Arc<Dir>>,
     /// Directories this session created: nothing stood in them, so no stat, no stale
     /// temporary or journal to look for (a metadata round trip each on Lustre or NFS).
     fresh_dirs: HashSet<Vec<u8>>,
+    /// Directories refused (a reserved name): their whole subtree is refused with them.
+    refused_dirs: HashSet<Vec<u8>>,
     files: HashMap<u64, FileState>,
     pending: VecDeque<u64>,
     unfinished: u64,
@@ -213,9 +219,7 @@ impl Receiving {
             let fsync = !p.options.fsync_none();
             let verify_full = p.options.verify_full();
             let chunk = p.options.chunk_size;
-            let root_for_sync: Arc<OnceLock<PathBuf>> = Arc::default();
-            let r = root_for_sync.clone();
-            (thread::spawn(move || finalizer(fin_rx, ev, fsync, verify_full, chunk, r)), root_for_sync)
+            thread::spawn(move || finalizer(fin_rx, ev, fsync, verify_full, chunk))
         };
         let mut ctx = Ctx {
             p: &p,
@@ -224,6 +228,7 @@ impl Receiving {
             root: None,
             dirs: HashMap::new(),
             fresh_dirs: HashSet::new(),
+            refused_dirs: HashSet::new(),
             files: HashMap::new(),
             pending: VecDeque::new(),
             unfinished: 0,
@@ -241,7 +246,7 @@ impl Receiving {
             summary: Summary::default(),
             repair: Repair { resets, reopen, events: events.clone(), next_index: crate::sender::REPLACEMENT_INDEX, corrupted: 0, verified_bytes: 0 },
         };
-        let result = main_loop(&mut ctx, &rx, &mut |conn| spawn_worker(conn, &mut closers), &finalizer.1);
+        let result = main_loop(&mut ctx, &rx, &mut |conn| spawn_worker(conn, &mut closers));
         let result = result.map_err(|e| {
             crate::control::prefer_peer_fatal(e, &rx, |ev| match ev {
                 Event::Ctrl(Control::Fatal { side, message }) => crate::control::Said::Fatal(TransferError::fatal(side, message)),
@@ -259,7 +264,7 @@ impl Receiving {
             c.close();
         }
         drop(ctx);
-        let _ = finalizer.0.join();
+        let _ = finalizer.join();
         result
     }
 }
@@ -274,7 +279,7 @@ impl TransferError {
     }
 }
 
-fn main_loop(ctx: &mut Ctx, rx: &Receiver<Event>, spawn: &mut dyn FnMut(DataConn), root_cell: &OnceLock<PathBuf>) -> Result<Summary, TransferError> {
+fn main_loop(ctx: &mut Ctx, rx: &Receiver<Event>, spawn: &mut dyn FnMut(DataConn)) -> Result<Summary, TransferError> {
     loop {
         let ev = match rx.recv_timeout(Duration::from_millis(50)) {
             Ok(ev) => Some(ev),
@@ -282,10 +287,10 @@ fn main_loop(ctx: &mut Ctx, rx: &Receiver<Event>, spawn: &mut dyn FnMut(DataConn
             Err(RecvTimeoutError::Disconnected) => return Err(TransferError::network("receiver: event channel closed")),
         };
         if let Some(ev) = ev {
-            handle(ctx, ev, spawn, root_cell)?;
+            handle(ctx, ev, spawn)?;
             // Drain what else is queued before sending batched answers.
             while let Ok(ev) = rx.try_recv() {
-                handle(ctx, ev, spawn, root_cell)?;
+                handle(ctx, ev, spawn)?;
             }
         }
         issue_wants(ctx)?;
@@ -312,8 +317,9 @@ fn await_bye(ctx: &mut Ctx, rx: &Receiver<Event>) -> Result<Summary, TransferErr
             Ok(Event::Ctrl(Control::Bye)) => {
                 if ctx.summary.files_failed == 0
                     && let Some(m) = ctx.layout.as_ref().and_then(|l| l.marker.as_ref())
+                    && let Some(Ok(dir)) = ctx.root.as_ref().map(|r| r.dir(b""))
                 {
-                    let _ = std::fs::remove_file(m);
+                    let _ = fsops::unlink_at(&dir, m);
                 }
                 let _ = ctx.writer.send(&Control::Bye);
                 return Ok(ctx.summary);
@@ -325,7 +331,7 @@ fn await_bye(ctx: &mut Ctx, rx: &Receiver<Event>) -> Result<Summary, TransferErr
     Ok(ctx.summary)
 }
 
-fn handle(ctx: &mut Ctx, ev: Event, spawn: &mut dyn FnMut(DataConn), root_cell: &OnceLock<PathBuf>) -> Result<(), TransferError> {
+fn handle(ctx: &mut Ctx, ev: Event, spawn: &mut dyn FnMut(DataConn)) -> Result<(), TransferError> {
     match ev {
         Event::NewStream(conn) => spawn(conn),
         Event::CtrlFailed(e) | Event::StreamFailed(e) => return Err(e),
@@ -339,7 +345,7 @@ fn handle(ctx: &mut Ctx, ev: Event, spawn: &mut dyn FnMut(DataConn), root_cell: 
             }
             Control::Entries(entries) => {
                 for e in entries {
-                    entry(ctx, e, root_cell)?;
+                    entry(ctx, e)?;
                 }
             }
             Control::ManifestEnd { .. } => ctx.manifest_end = true,
@@ -556,7 +562,7 @@ fn try_complete(ctx: &mut Ctx, id: u64) -> Result<(), TransferError> {
     Ok(())
 }
 
-fn dir_fd(ctx: &mut Ctx, rel: &[u8]) -> std::io::Result<Arc<OwnedFd>> {
+fn dir_fd(ctx: &mut Ctx, rel: &[u8]) -> std::io::Result<Arc<Dir>> {
     if let Some(fd) = ctx.dirs.get(rel) {
         return Ok(fd.clone());
     }
@@ -575,19 +581,44 @@ fn dir_fd(ctx: &mut Ctx, rel: &[u8]) -> std::io::Result<Arc<OwnedFd>> {
     if ctx.dirs.len() >= crate::session::dir_cache_size() {
         ctx.dirs.clear();
     }
-    let fd = Arc::new(fd);
+    let fd = Arc::new(Dir::new(fd)?);
     ctx.dirs.insert(rel.to_vec(), fd.clone());
     Ok(fd)
 }
 
-fn entry(ctx: &mut Ctx, e: Entry, root_cell: &OnceLock<PathBuf>) -> Result<(), TransferError> {
+/// Why an entry may not land at `rel`, if it may not: its name is in tern's own namespace in
+/// that directory (fsops::Tag), or its parent was refused.
+fn refusal(ctx: &mut Ctx, rel: &[u8]) -> Option<String> {
+    if rel.is_empty() {
+        return None;
+    }
+    if ctx.refused_dirs.contains(parent(rel)) {
+        return Some("its directory was refused; see the error above".into());
+    }
+    let dir = dir_fd(ctx, parent(rel)).ok()?;
+    dir.tag.reserves(file_name(rel)).then(|| "this name is reserved for tern's own temporary files in this directory; rename the source file and re-run".into())
+}
+
+/// An entry's path relative to the copied tree's top (the source's own name is its first
+/// component when one was named), for judging a link against the tree as rsync does.
+fn e_path_in_tree(ctx: &Ctx, path: &[u8]) -> Vec<u8> {
+    match &ctx.layout.as_ref().unwrap().mapping {
+        layout::Mapping::Strip { base, .. } if path.starts_with(base) => path[base.len()..].strip_prefix(b"/").unwrap_or(b"").to_vec(),
+        _ => path.to_vec(),
+    }
+}
+
+fn entry(ctx: &mut Ctx, e: Entry) -> Result<(), TransferError> {
     let p = ctx.p;
     if ctx.layout.is_none() {
-        let l = layout::decide(&p.destination, p.options.contents(), p.multi_source, &e, p.options.dry_run())?;
-        if !p.options.dry_run() || l.root.is_dir() {
-            ctx.root = Some(DestRoot::open(&l.root).map_err(|err| TransferError::io(Side::Destination, l.root.display().to_string(), "cannot open", &err).into_fatal())?);
+        let beneath = p.beneath.as_deref();
+        let l = layout::decide(beneath, &p.destination, p.options.contents(), p.multi_source, &e, p.options.dry_run())?;
+        match DestRoot::open(beneath, &l.root) {
+            Ok(r) => ctx.root = Some(r),
+            // A dry run to a destination that does not exist yet: nothing there to compare.
+            Err(err) if p.options.dry_run() && err.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(err) => return Err(TransferError::io(Side::Destination, l.root.display().to_string(), "cannot open", &err).into_fatal()),
         }
-        let _ = root_cell.set(l.root.clone());
         if l.created_root {
             ctx.fresh_dirs.insert(Vec::new());
         }
@@ -608,6 +639,21 @@ fn entry(ctx: &mut Ctx, e: Entry, root_cell: &OnceLock<PathBuf>) -> Result<(), T
     if p.options.dry_run() {
         return plan_entry(ctx, e, rel);
     }
+    if let Some(why) = refusal(ctx, &rel) {
+        if e.kind == EntryKind::Dir {
+            ctx.refused_dirs.insert(rel.clone());
+        }
+        let err = TransferError::file(Side::Destination, display, why);
+        ctx.writer.send(&Control::FileError { id: e.id, side: Side::Destination, message: err.message.clone() })?;
+        ctx.p.progress.error(err);
+        ctx.summary.files_failed += 1;
+        Progress::add(&ctx.p.progress.files_failed, 1);
+        if e.kind == EntryKind::File {
+            // Counted, never asked for: the sender learns it from the FileError.
+            ctx.files.insert(e.id, FileState { entry: e, rel, state: State::Done, assembly: None, outstanding: 0, bad_chunks: 0, file_retries: 0 });
+        }
+        return Ok(());
+    }
     match e.kind {
         EntryKind::Dir => {
             let made = ctx.root.as_ref().unwrap().mkdir_all(&rel);
@@ -624,12 +670,10 @@ fn entry(ctx: &mut Ctx, e: Entry, root_cell: &OnceLock<PathBuf>) -> Result<(), T
             }
         }
         EntryKind::Symlink => {
-            if !symlink_stays_inside(&rel, &e.target) {
-                let msg = format!("symlink target '{}' points outside the destination; refused", String::from_utf8_lossy(&e.target));
-                ctx.writer.send(&Control::FileError { id: e.id, side: Side::Destination, message: msg.clone() })?;
-                ctx.p.progress.error(TransferError::file(Side::Destination, display, msg));
-                ctx.summary.files_failed += 1;
-                Progress::add(&ctx.p.progress.files_failed, 1);
+            let target = String::from_utf8_lossy(&e.target).into_owned();
+            if p.options.safe_links() && !symlink_stays_inside(&e_path_in_tree(ctx, &e.path), &e.target) {
+                // rsync's --safe-links: such links are left out, said once each, not an error.
+                ctx.p.progress.notice(format!("{display}: symlink to '{target}' points outside the copied tree; skipped (--safe-links)"));
             } else {
                 ctx.symlinks.push(Entry { path: rel, ..e });
             }
@@ -742,7 +786,7 @@ fn prepare(ctx: &mut Ctx, id: u64) -> Result<Vec<(u64, u32)>, TransferError> {
     let dir = dir_fd(ctx, parent(&rel)).map_err(|err| io("cannot open the directory", &err))?;
     let name = file_name(&rel);
     let fresh_dir = ctx.fresh_dirs.contains(parent(&rel));
-    let (tmp, jname) = fsops::temp_names(name);
+    let (tmp, jname) = dir.tag.temp_names(name);
     let chunks = chunk_count(e.size, chunk_size);
     let mut assembly = Assembly::new(e.size, chunk_size);
     let mut journal = None;
@@ -820,20 +864,30 @@ fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
         if ctx.p.options.delete()
             && let Some(l) = &ctx.layout
             && l.mirror
+            && let Some(root) = &ctx.root
         {
-            for rel in extras(&l.root, &ctx.keep, &ctx.p.filter) {
+            for rel in extras(root, &ctx.keep, &ctx.p.filter) {
                 ctx.writer.send(&Control::Plan { action: PlanAction::Delete, path: rel })?;
             }
         }
         return Ok(());
     }
     let Some(root) = ctx.root.as_ref() else { return Ok(()) };
+    let beneath = ctx.p.beneath.as_deref().filter(|_| !ctx.p.allow_links_out);
     for link in std::mem::take(&mut ctx.symlinks) {
         let display = root.display(&link.path);
         let r = (|| -> std::io::Result<()> {
-            let dir = root.dir(parent(&link.path))?;
+            let dir = Dir::new(root.dir(parent(&link.path))?)?;
+            if let Some(b) = beneath
+                && !b.depth(&dir).is_some_and(|depth| fsops::link_stays_beneath(depth, &link.target))
+            {
+                return Err(std::io::Error::other(format!(
+                    "its target '{}' could resolve outside the daemon's root; refused (copy with --safe-links to leave such links out, or the daemon's operator allows them with tern serve --allow-links-out)",
+                    String::from_utf8_lossy(&link.target)
+                )));
+            }
             let name = file_name(&link.path);
-            let (tmp, _) = fsops::temp_names(name);
+            let (tmp, _) = dir.tag.temp_names(name);
             fsops::unlink_at(&dir, &tmp)?;
             fsops::symlink_at(&link.target, &dir, &tmp)?;
             if ctx.p.options.preserve() {
@@ -869,19 +923,13 @@ fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
         if ctx.source_errors {
             ctx.p.progress.error(TransferError::fatal(Side::Source, "some source files could not be read, so --delete removed nothing (fix the errors and re-run)"));
         } else {
-            for rel in extras(&l.root, &ctx.keep, &ctx.p.filter) {
-                let path = l.root.join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&rel));
-                let r = match std::fs::symlink_metadata(&path) {
-                    Ok(m) if m.is_dir() => std::fs::remove_dir_all(&path),
-                    Ok(_) => std::fs::remove_file(&path),
-                    Err(e) => Err(e),
-                };
-                match r {
+            for rel in extras(root, &ctx.keep, &ctx.p.filter) {
+                match remove_tree(root, &rel) {
                     Ok(()) => {
                         ctx.summary.deleted += 1;
                         Progress::add(&ctx.p.progress.deleted, 1);
                     }
-                    Err(e) => ctx.p.progress.error(TransferError::io(Side::Destination, path.display().to_string(), "cannot delete", &e)),
+                    Err(e) => ctx.p.progress.error(TransferError::io(Side::Destination, root.display(&rel), "cannot delete", &e)),
                 }
             }
         }
@@ -889,35 +937,78 @@ fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
     Ok(())
 }
 
-/// Entries under `root` that the manifest does not name (top-most only; not our temporaries,
-/// nor anything the filter excludes: those were never offered, so they are not extras).
-fn extras(root: &std::path::Path, keep: &HashSet<Vec<u8>>, filter: &Filter) -> Vec<Vec<u8>> {
-    use std::os::unix::ffi::OsStrExt;
+/// The names in directory `rel` (opened beneath the root, through no link at all), whether each
+/// is a directory, and the directory's tag; `.` and `..` left out.
+fn list_dir(root: &DestRoot, rel: &[u8]) -> std::io::Result<(Dir, Vec<(Vec<u8>, bool)>)> {
+    let dir = Dir::new(root.dir_no_links(rel)?)?;
+    let mut items = Vec::new();
+    let mut rd = rustix::fs::Dir::read_from(&dir.fd)?;
+    while let Some(ent) = rd.read() {
+        let ent = ent?;
+        let name = ent.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        let is_dir = match ent.file_type() {
+            rustix::fs::FileType::Directory => true,
+            rustix::fs::FileType::Unknown => fsops::stat_at(&dir, name)?.is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR),
+            _ => false,
+        };
+        items.push((name.to_vec(), is_dir));
+    }
+    items.sort();
+    Ok((dir, items))
+}
+
+/// Entries under the root that the manifest does not name (top-most only; not tern's own names,
+/// nor anything the filter excludes: those were never offered, so they are not extras). Every
+/// directory is opened beneath the root, so a link swapped in is never walked through.
+fn extras(root: &DestRoot, keep: &HashSet<Vec<u8>>, filter: &Filter) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
-    let mut stack = vec![(root.to_path_buf(), Vec::<u8>::new())];
-    while let Some((dir, rel)) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&dir) else { continue };
-        let mut items: Vec<_> = rd.filter_map(|e| e.ok()).collect();
-        items.sort_by_key(|e| e.file_name());
-        for item in items {
-            let name = item.file_name();
-            let name = name.as_bytes();
-            if fsops::is_temp_name(name) || name == layout::MARKER.as_bytes() {
+    let mut stack = vec![Vec::<u8>::new()];
+    while let Some(rel) = stack.pop() {
+        let Ok((dir, items)) = list_dir(root, &rel) else { continue };
+        for (name, is_dir) in items {
+            if dir.tag.reserves(&name) {
                 continue;
             }
-            let r = if rel.is_empty() { name.to_vec() } else { [&rel[..], b"/", name].concat() };
-            let is_dir = item.file_type().is_ok_and(|t| t.is_dir());
+            let r = if rel.is_empty() { name } else { [&rel[..], b"/", &name[..]].concat() };
             if filter.excludes(&r, is_dir) {
                 continue;
             }
             if !keep.contains(&r) {
                 out.push(r);
             } else if is_dir {
-                stack.push((item.path(), r));
+                stack.push(r);
             }
         }
     }
     out
+}
+
+/// Removes `rel` and, if it is a directory, everything under it, each step relative to a
+/// directory opened beneath the root without following links (a link is removed, not entered).
+/// Depth-first with an explicit stack and one open directory at a time.
+fn remove_tree(root: &DestRoot, rel: &[u8]) -> std::io::Result<()> {
+    let mut stack = vec![(rel.to_vec(), false)];
+    while let Some((rel, emptied)) = stack.pop() {
+        let parent_dir = root.dir_no_links(parent(&rel))?;
+        let name = file_name(&rel);
+        if emptied {
+            fsops::rmdir_at(&parent_dir, name)?;
+            continue;
+        }
+        match fsops::stat_at(&parent_dir, name)? {
+            None => {}
+            Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {
+                let (_, items) = list_dir(root, &rel)?;
+                stack.push((rel.clone(), true));
+                stack.extend(items.into_iter().map(|(n, _)| ([&rel[..], b"/", &n[..]].concat(), false)));
+            }
+            Some(_) => fsops::unlink_at(&parent_dir, name)?,
+        }
+    }
+    Ok(())
 }
 
 /// One data stream: read chunk frames, verify, write. Exits at end of stream.
@@ -1081,7 +1172,7 @@ struct ToFinalize {
 }
 
 /// Makes verified files durable in batches, then renames them into place.
-fn finalizer(rx: Receiver<ToFinalize>, events: Sender<Event>, fsync: bool, verify_full: bool, chunk_size: u32, root: Arc<OnceLock<PathBuf>>) {
+fn finalizer(rx: Receiver<ToFinalize>, events: Sender<Event>, fsync: bool, verify_full: bool, chunk_size: u32) {
     const MAX_FILES: usize = 512;
     const MAX_BYTES: u64 = 1 << 30;
     const MAX_WAIT: Duration = Duration::from_millis(50);
@@ -1124,14 +1215,9 @@ fn finalizer(rx: Receiver<ToFinalize>, events: Sender<Event>, fsync: bool, verif
         .flatten()
         .collect();
         batch.clear();
-        if fsync
-            && !ready.is_empty()
-            && let Some(root) = root.get()
-        {
+        if fsync && let Some((_, first)) = ready.first() {
             // One syncfs makes the whole batch durable before any of it is renamed.
-            if let Ok(r) = DestRoot::open(root) {
-                let _ = r.syncfs();
-            }
+            let _ = rustix::fs::syncfs(&*first.parent);
         }
         in_parallel(&ready, |(id, sink)| match fsops::rename_at(&*sink.parent, &sink.tmp, &sink.final_name) {
             Ok(()) => {
@@ -1186,5 +1272,11 @@ fn prepare_final(sink: &Sink, verify_full: bool, chunk_size: u32, expected: &[u8
         }
     }
     fsops::set_meta(file, sink.mode, sink.mtime).map_err(|e| io("cannot set mode/mtime", e))?;
-    Ok(())
+    // What the rename will move must be the file that was written and verified: if anything
+    // else took the temporary's name meanwhile, land nothing.
+    let written = rustix::fs::fstat(file).map_err(|e| io("cannot stat", e.into()))?;
+    match fsops::stat_at(&*sink.parent, &sink.tmp) {
+        Ok(Some(st)) if (st.st_dev, st.st_ino) == (written.st_dev, written.st_ino) => Ok(()),
+        _ => Err("the temporary file was replaced or removed while it was written (another process in this directory?); nothing was renamed into place".into()),
+    }
 }

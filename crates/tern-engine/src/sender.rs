@@ -70,12 +70,24 @@ struct SrcInfo {
     mtime_ns: u32,
     /// Done or failed: the stream logs drop its frames.
     finished: AtomicBool,
+    beneath: Option<Arc<crate::fsops::Beneath>>,
+}
+
+impl SrcInfo {
+    fn open(&self) -> std::io::Result<File> {
+        match &self.beneath {
+            Some(b) => b.open_file(&self.path),
+            None => File::open(&self.path),
+        }
+    }
 }
 
 enum Event {
     Files(Vec<SrcFile>),
     WalkDone(Result<(), TransferError>),
     WalkWarning(TransferError),
+    /// Said to the user, not an error (a link --safe-links left out).
+    WalkNotice(String),
     Ctrl(Control),
     CtrlFailed(TransferError),
     Sent {
@@ -305,7 +317,7 @@ fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: 
                     }
                     let chunks = chunk_count(f.size, chunk_size);
                     files.push(FileState {
-                        info: Arc::new(SrcInfo { path: f.path, rel: f.rel, size: f.size, mtime_s: f.mtime_s, mtime_ns: f.mtime_ns, finished: AtomicBool::new(false) }),
+                        info: Arc::new(SrcInfo { path: f.path, rel: f.rel, size: f.size, mtime_s: f.mtime_s, mtime_ns: f.mtime_ns, finished: AtomicBool::new(false), beneath: f.beneath }),
                         kind: f.kind,
                         chunks,
                         hashes: Vec::new(),
@@ -320,6 +332,7 @@ fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: 
                 walk_done = true;
             }
             Event::WalkWarning(e) => progress.error(e),
+            Event::WalkNotice(n) => progress.notice(n),
             Event::NewStream(conn) => spawn(conn),
             Event::CtrlFailed(e) => return Err(e),
             Event::StreamFailed(e) => return Err(e),
@@ -599,7 +612,7 @@ fn walker(events: Sender<Event>, writer: Arc<CtrlWriter>, sources: Vec<SourceSpe
         }
         let mut entries = Vec::with_capacity(batch.len());
         for f in batch.iter() {
-            let hash = if opts.checksum() && f.kind == EntryKind::File { File::open(&f.path).and_then(|file| crate::hashing::hash_file(&file, f.size, opts.chunk_size)).ok() } else { None };
+            let hash = if opts.checksum() && f.kind == EntryKind::File { f.open().and_then(|file| crate::hashing::hash_file(&file, f.size, opts.chunk_size)).ok() } else { None };
             entries.push(Entry { id: *next_id, kind: f.kind, path: f.rel.clone(), size: f.size, mode: f.mode, mtime_s: f.mtime_s, mtime_ns: f.mtime_ns, target: f.target.clone(), hash });
             *next_id += 1;
         }
@@ -610,9 +623,19 @@ fn walker(events: Sender<Event>, writer: Arc<CtrlWriter>, sources: Vec<SourceSpe
     let mut warn = |e: TransferError| {
         let _ = events.send(Event::WalkWarning(e));
     };
+    let bases: Vec<Vec<u8>> = sources.iter().filter_map(|s| s.base.clone()).collect();
     let mut emit = |f: SrcFile| {
         if f.kind == EntryKind::File && finished.contains(&f.rel) {
             return true;
+        }
+        if f.kind == EntryKind::Symlink && opts.safe_links() {
+            // Judged against the copied tree, as rsync's --safe-links: the source's own name
+            // is not part of it.
+            let in_tree = bases.iter().find_map(|b| f.rel.strip_prefix(&b[..]).and_then(|r| r.strip_prefix(b"/"))).unwrap_or(&f.rel);
+            if !tern_proto::path::symlink_stays_inside(in_tree, &f.target) {
+                let _ = events.send(Event::WalkNotice(format!("{}: symlink to '{}' points outside the copied tree; left out (--safe-links)", f.path.display(), String::from_utf8_lossy(&f.target))));
+                return true;
+            }
         }
         if f.kind == EntryKind::File {
             files += 1;
@@ -676,7 +699,7 @@ fn send_worker(mut conn: DataConn, work: Receiver<Work>, events: Sender<Event>, 
             Err(crossbeam_channel::TryRecvError::Disconnected) => break,
         };
         if open.as_ref().is_none_or(|(id, _)| *id != w.id) {
-            match File::open(&w.file.path) {
+            match w.file.open() {
                 Ok(f) => open = Some((w.id, f)),
                 Err(e) => {
                     let error = TransferError::io(Side::Source, w.file.path.display().to_string(), "cannot open", &e);

@@ -93,6 +93,20 @@ impl Roots {
     }
 }
 
+impl Roots {
+    /// Daemon mode: the root a resolved path lies under, opened for confinement
+    /// (fsops::Beneath); ssh mode: none, the user's own account has no fence.
+    pub fn beneath(&self, path: &Path) -> std::io::Result<Option<crate::fsops::Beneath>> {
+        match self {
+            Roots::Home(_) => Ok(None),
+            Roots::Confined(roots) => match roots.iter().map(|r| &r.1).filter(|r| path.starts_with(r)).max_by_key(|r| r.as_os_str().len()) {
+                Some(root) => crate::fsops::Beneath::open(root).map(Some),
+                None => Err(std::io::Error::from_raw_os_error(libc::EXDEV)),
+            },
+        }
+    }
+}
+
 fn refuse(wire: &[u8], why: &str) -> TransferError {
     TransferError::fatal(Side::Network, format!("{}: {why}; refused", String::from_utf8_lossy(wire)))
 }
@@ -114,7 +128,7 @@ pub fn source_spec(path: &Path, contents: bool) -> SourceSpec {
         let p = Path::new(std::ffi::OsStr::from_bytes(trimmed));
         p.file_name().map(|n| n.as_bytes().to_vec()).or_else(|| p.canonicalize().ok().and_then(|c| c.file_name().map(|n| n.as_bytes().to_vec())))
     };
-    SourceSpec { path: path.to_path_buf(), base }
+    SourceSpec { path: path.to_path_buf(), base, beneath: None }
 }
 
 /// Serves one session on an established control channel. `streams` delivers the data streams
@@ -183,7 +197,14 @@ pub fn serve_session(
     let prepared = (|| -> Result<_, TransferError> {
         Ok(match role {
             Role::Sender => {
-                let specs = sources.iter().map(|s| roots.resolve(s).map(|p| source_spec(&p, options.contents()))).collect::<Result<Vec<_>, _>>()?;
+                let specs = sources
+                    .iter()
+                    .map(|s| {
+                        let p = roots.resolve(s)?;
+                        let beneath = roots.beneath(&p).map_err(|e| TransferError::io(Side::Source, p.display().to_string(), "daemon root unavailable", &e).into_fatal())?.map(Arc::new);
+                        Ok(SourceSpec { beneath, ..source_spec(&p, options.contents()) })
+                    })
+                    .collect::<Result<Vec<_>, TransferError>>()?;
                 if list.is_none() {
                     crate::walk::check_sources(&specs, options.recursive())?;
                 }
@@ -274,6 +295,7 @@ pub fn serve_session(
             let receiving = Receiving::new().with_resets(resets, None);
             let (feed, failed) = (receiving.feed(), receiving.feed());
             forward(Box::new(move |c| feed.add(c)), Box::new(move |e| failed.fail(e)));
+            let beneath = roots.beneath(&dest).map_err(|e| TransferError::io(Side::Destination, dest.display().to_string(), "daemon root unavailable", &e).into_fatal())?.map(Arc::new);
             let params = ReceiverParams {
                 destination: dest,
                 multi_source: sources.len() > 1,
@@ -282,6 +304,8 @@ pub fn serve_session(
                 window_bytes: crate::session::WINDOW_BYTES,
                 window_files: crate::session::window_files_for(options.concurrency),
                 filter,
+                beneath,
+                allow_links_out: daemon.is_some_and(|d| d.allow_links_out),
             };
             receiving.run(reader, writer, conns, params)
         }
@@ -441,12 +465,15 @@ pub struct DaemonConfig {
     pub limits: Limits,
     /// Peers a third-party sender may dial (`--dial-allow`); empty: none.
     pub dial: DialPolicy,
+    /// `--allow-links-out`: clients may create links whose targets resolve outside the root.
+    pub allow_links_out: bool,
 }
 
 /// A daemon control connection as its session sees it.
 pub struct DaemonConn {
     conn: Mutex<Conn>,
     policy: Arc<DialPolicy>,
+    allow_links_out: bool,
     /// What the client asked for, for the access log.
     access: Mutex<String>,
 }
@@ -466,6 +493,7 @@ pub fn serve_daemon(listener: TcpListener, roots: Roots, secret: Vec<u8>, hooks:
     let key = tern_proto::auth::token_key(&secret);
     let gate = Gate::new(config.limits);
     let policy = Arc::new(config.dial);
+    let links_out = config.allow_links_out;
     for conn in listener.incoming() {
         let sock = match conn {
             Ok(s) => s,
@@ -494,7 +522,7 @@ pub fn serve_daemon(listener: TcpListener, roots: Roots, secret: Vec<u8>, hooks:
         };
         let (registry, roots, hooks, policy) = (registry.clone(), roots.clone(), hooks.clone(), policy.clone());
         let spawned = thread::Builder::new().spawn(move || {
-            if let Err(e) = daemon_connection(sock, peer, conn, &registry, &roots, &key, &hooks, policy) {
+            if let Err(e) = daemon_connection(sock, peer, conn, &registry, &roots, &key, &hooks, policy, links_out) {
                 tracing::debug!("{peer}: {e}");
             }
         });
@@ -527,7 +555,17 @@ fn refuse_busy(sock: TcpStream, why: &str) {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn daemon_connection(sock: TcpStream, peer: SocketAddr, mut conn: Conn, registry: &Registry, roots: &Roots, key: &[u8; 32], hooks: &Hooks, policy: Arc<DialPolicy>) -> Result<(), TransferError> {
+fn daemon_connection(
+    sock: TcpStream,
+    peer: SocketAddr,
+    mut conn: Conn,
+    registry: &Registry,
+    roots: &Roots,
+    key: &[u8; 32],
+    hooks: &Hooks,
+    policy: Arc<DialPolicy>,
+    allow_links_out: bool,
+) -> Result<(), TransferError> {
     let mut kind = [0u8; 1];
     (&sock).read_exact(&mut kind).map_err(crate::control::net_err)?;
     match kind[0] {
@@ -541,7 +579,7 @@ fn daemon_connection(sock: TcpStream, peer: SocketAddr, mut conn: Conn, registry
             registry.lock().unwrap().insert(session_id, Live { streams: tx, held: held.clone() });
             let progress = Arc::new(Progress::default());
             let started = Instant::now();
-            let d = DaemonConn { conn: Mutex::new(conn), policy, access: Mutex::new("auth=none op=none".into()) };
+            let d = DaemonConn { conn: Mutex::new(conn), policy, allow_links_out, access: Mutex::new("auth=none op=none".into()) };
             let r = serve_session(halves, exporter, *key, roots, session_id, local.to_string(), false, rx, None, progress, hooks, Some(&d));
             registry.lock().unwrap().remove(&session_id);
             // The session's data streams have ended with it: their places go back.

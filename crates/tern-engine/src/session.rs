@@ -159,6 +159,8 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
                 window_bytes: WINDOW_BYTES,
                 window_files: window_files_for(options.concurrency),
                 filter: compile_filter(spec)?,
+                beneath: None,
+                allow_links_out: true,
             };
             let recv = thread::spawn(move || Receiving::new().run(CtrlReader::new(server_half.reader), Arc::new(CtrlWriter::new(server_half.writer)), theirs, params));
             let client_half = ControlHalves::from_unix(c1).map_err(local_err)?;
@@ -585,6 +587,8 @@ fn run_local_role(
             window_bytes: WINDOW_BYTES,
             window_files: window_files_for(options.concurrency),
             filter: compile_filter(spec)?,
+            beneath: None,
+            allow_links_out: true,
         };
         receiving.run(reader, writer, conns, params)
     }

@@ -6,10 +6,13 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use std::sync::Arc;
+
 use tern_proto::EntryKind;
 use tern_proto::filter::Filter;
 
 use crate::error::{Side, TransferError};
+use crate::fsops::Beneath;
 
 /// One source argument: where it is, and the name it gets at the destination (`None` copies its
 /// contents, as `src/.` does).
@@ -17,6 +20,8 @@ use crate::error::{Side, TransferError};
 pub struct SourceSpec {
     pub path: PathBuf,
     pub base: Option<Vec<u8>>,
+    /// Daemon mode: the root everything read must resolve beneath (fsops::Beneath).
+    pub beneath: Option<Arc<Beneath>>,
 }
 
 /// A manifest entry on the sending side, with the local path to read.
@@ -30,16 +35,30 @@ pub struct SrcFile {
     pub mtime_s: i64,
     pub mtime_ns: u32,
     pub target: Vec<u8>,
+    /// Daemon mode: opened beneath this root, never through a link that leaves it.
+    pub beneath: Option<Arc<Beneath>>,
 }
 
-fn describe(path: &Path, md: &fs::Metadata) -> Option<SrcFile> {
+impl SrcFile {
+    /// Opens the file to read its data.
+    pub fn open(&self) -> std::io::Result<fs::File> {
+        match &self.beneath {
+            Some(b) => b.open_file(&self.path),
+            None => fs::File::open(&self.path),
+        }
+    }
+}
+
+/// `probe` is where to look (a path through an open directory descriptor, in daemon mode),
+/// `path` the entry's own path, for messages and later opens.
+fn describe_at(path: &Path, probe: &Path, md: &fs::Metadata) -> Option<SrcFile> {
     let ft = md.file_type();
     let (kind, target) = if ft.is_file() {
         (EntryKind::File, Vec::new())
     } else if ft.is_dir() {
         (EntryKind::Dir, Vec::new())
     } else if ft.is_symlink() {
-        (EntryKind::Symlink, fs::read_link(path).ok()?.as_os_str().as_bytes().to_vec())
+        (EntryKind::Symlink, fs::read_link(probe).ok()?.as_os_str().as_bytes().to_vec())
     } else {
         return None;
     };
@@ -52,17 +71,26 @@ fn describe(path: &Path, md: &fs::Metadata) -> Option<SrcFile> {
         mtime_s: md.mtime(),
         mtime_ns: md.mtime_nsec() as u32,
         target,
+        beneath: None,
     })
+}
+
+fn describe(path: &Path, md: &fs::Metadata) -> Option<SrcFile> {
+    describe_at(path, path, md)
 }
 
 /// `lstat` and describe, reporting (and skipping) what cannot be read or is not copyable.
 fn inspect(path: &Path, unreadable: &str, warn: &mut dyn FnMut(TransferError)) -> Option<SrcFile> {
-    match fs::symlink_metadata(path) {
+    inspect_at(path, path, unreadable, warn)
+}
+
+fn inspect_at(path: &Path, probe: &Path, unreadable: &str, warn: &mut dyn FnMut(TransferError)) -> Option<SrcFile> {
+    match fs::symlink_metadata(probe) {
         Err(e) => {
             warn(TransferError::io(Side::Source, path.display().to_string(), unreadable, &e));
             None
         }
-        Ok(md) => describe(path, &md).or_else(|| {
+        Ok(md) => describe_at(path, probe, &md).or_else(|| {
             warn(TransferError::file(Side::Source, path.display().to_string(), "not a regular file, directory or symlink; skipped"));
             None
         }),
@@ -104,10 +132,11 @@ pub fn walk(sources: &[SourceSpec], recursive: bool, filter: &Filter, emit: &mut
             continue;
         }
         root.rel = rel.clone();
+        root.beneath = s.beneath.clone();
         if (s.base.is_some() || !is_dir) && !emit(root) {
             return Ok(());
         }
-        if is_dir && !walk_dir(&s.path, &rel, filter, emit, warn) {
+        if is_dir && !walk_dir(&s.path, &rel, s.beneath.as_ref(), filter, emit, warn) {
             return Ok(());
         }
     }
@@ -145,6 +174,7 @@ pub fn walk_list(source: &SourceSpec, list: &[Vec<u8>], recursive: bool, filter:
                 continue 'paths;
             }
             d.rel = parent.clone();
+            d.beneath = source.beneath.clone();
             emitted.insert(parent);
             if !emit(d) {
                 return Ok(());
@@ -157,6 +187,7 @@ pub fn walk_list(source: &SourceSpec, list: &[Vec<u8>], recursive: bool, filter:
             continue;
         }
         f.rel = rel.clone();
+        f.beneath = source.beneath.clone();
         emitted.insert(rel.clone());
         if !emit(f) {
             return Ok(());
@@ -164,7 +195,7 @@ pub fn walk_list(source: &SourceSpec, list: &[Vec<u8>], recursive: bool, filter:
         if is_dir && recursive {
             // Entries under it that are listed too are skipped later (emitted once).
             let mut deduped = |f: SrcFile| if emitted.insert(f.rel.clone()) { emit(f) } else { true };
-            if !walk_dir(&path, rel, filter, &mut deduped, warn) {
+            if !walk_dir(&path, rel, source.beneath.as_ref(), filter, &mut deduped, warn) {
                 return Ok(());
             }
         }
@@ -173,10 +204,20 @@ pub fn walk_list(source: &SourceSpec, list: &[Vec<u8>], recursive: bool, filter:
 }
 
 /// Depth-first, names sorted for a deterministic order. Returns false if `emit` asked to stop.
-fn walk_dir(dir: &Path, rel: &[u8], filter: &Filter, emit: &mut dyn FnMut(SrcFile) -> bool, warn: &mut dyn FnMut(TransferError)) -> bool {
+fn walk_dir(dir: &Path, rel: &[u8], beneath: Option<&Arc<Beneath>>, filter: &Filter, emit: &mut dyn FnMut(SrcFile) -> bool, warn: &mut dyn FnMut(TransferError)) -> bool {
     let mut stack: Vec<(PathBuf, Vec<u8>)> = vec![(dir.to_path_buf(), rel.to_vec())];
     while let Some((dir, rel)) = stack.pop() {
-        let rd = match fs::read_dir(&dir) {
+        // Daemon mode: the directory is opened beneath the root, then listed and looked into
+        // through that descriptor, so a link swapped in for it is refused, not walked.
+        let held = match beneath.map(|b| b.open_dir(&dir)).transpose() {
+            Ok(fd) => fd,
+            Err(e) => {
+                warn(TransferError::io(Side::Source, dir.display().to_string(), "cannot list directory", &e));
+                continue;
+            }
+        };
+        let through = held.as_ref().map(|fd| PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(fd))));
+        let rd = match fs::read_dir(through.as_deref().unwrap_or(&dir)) {
             Ok(rd) => rd,
             Err(e) => {
                 warn(TransferError::io(Side::Source, dir.display().to_string(), "cannot list directory", &e));
@@ -195,7 +236,9 @@ fn walk_dir(dir: &Path, rel: &[u8], filter: &Filter, emit: &mut dyn FnMut(SrcFil
                 continue;
             }
             let path = dir.join(&name);
-            let Some(mut f) = inspect(&path, "cannot read", warn) else { continue };
+            let probe = through.as_ref().map(|t| t.join(&name));
+            let Some(mut f) = inspect_at(&path, probe.as_deref().unwrap_or(&path), "cannot read", warn) else { continue };
+            f.beneath = beneath.cloned();
             if if f.kind == EntryKind::Dir { as_dir } else { as_file } {
                 continue;
             }

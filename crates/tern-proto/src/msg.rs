@@ -107,6 +107,9 @@ impl Options {
     flag!(third_party, set_third_party, 10);
     // `--ignore-existing`: a destination file that exists is kept, whatever its content.
     flag!(ignore_existing, set_ignore_existing, 11);
+    // `--safe-links`: the receiver leaves out links whose targets point outside the copied tree
+    // (absolute, or climbing above it), as rsync does. An older receiver refused them instead.
+    flag!(safe_links, set_safe_links, 12);
 }
 
 /// Hello feature bit: this peer understands third-party sessions (`Dial`, option bit 10). A

@@ -186,6 +186,10 @@ pub(crate) struct Common {
     /// (rsync --ignore-existing; Globus' sync level "exists"): top up, never overwrite.
     #[arg(long)]
     ignore_existing: bool,
+    /// Leave out symlinks whose targets are absolute or climb above the copied tree (rsync
+    /// --safe-links). Without it links are copied as they are, as rsync -a and cp -a do.
+    #[arg(long)]
+    safe_links: bool,
 }
 
 #[derive(Args)]
@@ -212,6 +216,12 @@ struct ServeArgs {
     /// Refuse third-party transfers (the default without --dial-allow; kept for old scripts).
     #[arg(long, hide = true, conflicts_with = "dial_allow")]
     no_third_party: bool,
+    /// Let clients create symlinks whose targets may resolve outside the root (absolute, or
+    /// climbing above it). Off by default: such links are refused per file, since whoever later
+    /// follows them (a shell, a web server) would leave the root. Writes never follow a link
+    /// out either way.
+    #[arg(long)]
+    allow_links_out: bool,
     /// Connections held at once (control and data); more are refused with "daemon busy". A
     /// quarter of them (at least 8) may be waiting to authenticate; beyond that the oldest
     /// waiting one is dropped.
@@ -380,6 +390,7 @@ pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: boo
     options.set_preserve(!c.no_preserve);
     options.set_fsync_none(c.fsync == Fsync::None);
     options.set_ignore_existing(c.ignore_existing);
+    options.set_safe_links(c.safe_links);
     let spec = ClientSpec {
         sources,
         dest,
@@ -469,7 +480,8 @@ fn serve(a: ServeArgs) -> Result<ExitCode> {
         bail!("--auth-timeout {}: give seconds between 0 and 3600", a.auth_timeout);
     }
     let limits = tern_engine::limits::Limits { max_connections: a.max_connections as usize, max_sessions: a.max_sessions as usize, auth_timeout: std::time::Duration::from_secs_f64(a.auth_timeout) };
-    let config = tern_engine::server::DaemonConfig { limits, dial: tern_engine::dial::DialPolicy { allow: if a.no_third_party { Vec::new() } else { a.dial_allow } } };
+    let config =
+        tern_engine::server::DaemonConfig { limits, dial: tern_engine::dial::DialPolicy { allow: if a.no_third_party { Vec::new() } else { a.dial_allow } }, allow_links_out: a.allow_links_out };
     tern_engine::server::serve_daemon(listener, Roots::Confined(roots), secret, Arc::new(a.hook.into_iter().collect()), config)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -236,8 +236,10 @@ fn daemon_refuses_paths_outside_its_root() {
     assert_eq!(fs::read_dir(&outside).unwrap().count(), 0);
 }
 
+/// Locally, links are copied as they are (rsync -a, cp -a); `--safe-links` leaves escaping ones
+/// out; a daemon refuses them (tests/names.rs).
 #[test]
-fn symlink_pointing_out_of_the_tree_is_refused() {
+fn symlink_pointing_out_of_the_tree_is_copied_as_is_or_left_out_with_safe_links() {
     let t = scratch();
     let src = t.path().join("src");
     write_file(&src.join("a"), 1, 10);
@@ -245,10 +247,14 @@ fn symlink_pointing_out_of_the_tree_is_refused() {
     std::os::unix::fs::symlink("a", src.join("fine")).unwrap();
     let dst = t.path().join("dst");
     let r = tern(&["cp", "-r", src.to_str().unwrap(), dst.to_str().unwrap()], &[]);
-    assert!(!r.ok());
-    assert!(r.stderr().contains("evil") && r.stderr().contains("points outside the destination; refused"), "{}", r.stderr());
-    assert!(dst.join("a").is_file() && fs::read_link(dst.join("fine")).is_ok());
-    assert!(fs::symlink_metadata(dst.join("evil")).is_err());
+    assert!(r.ok(), "{}", r.stderr());
+    assert_eq!(fs::read_link(dst.join("evil")).unwrap(), std::path::Path::new("../../../etc/passwd"));
+    let safe = t.path().join("safe");
+    let r = tern(&["cp", "-r", "--safe-links", src.to_str().unwrap(), safe.to_str().unwrap()], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert!(r.stderr().contains("evil") && r.stderr().contains("--safe-links"), "says what it left out: {}", r.stderr());
+    assert!(safe.join("a").is_file() && fs::read_link(safe.join("fine")).is_ok());
+    assert!(fs::symlink_metadata(safe.join("evil")).is_err());
 }
 
 #[test]

@@ -63,7 +63,7 @@ fn receiver_killed_mid_transfer_resumes_within_the_run() {
     let url = d.url("/big.bin");
     let client =
         spawn_tern(&["cp", src.to_str().unwrap(), &url, "--token-file", token.to_str().unwrap(), "--chunk-size", "1M", "--streams", "2", "--retry-for", "60"], &[("TERN_FAULT_DELAY_MS", "15")]);
-    let journal = root.join(".big.bin.tern-journal");
+    let journal = journal_path(&root, "big.bin");
     wait_for("some verified chunks", Duration::from_secs(30), || journal_records(&journal) >= 20);
     d.kill9();
     let verified = journal_records(&journal);
@@ -92,7 +92,7 @@ fn receiver_killed_then_rerun_sends_only_unverified_chunks() {
     let url = d.url("/big.bin");
     let args = ["cp", src.to_str().unwrap(), &url, "--token-file", token.to_str().unwrap(), "--chunk-size", "1M", "--streams", "2", "--retry-for", "0"];
     let client = spawn_tern(&args, &[("TERN_FAULT_DELAY_MS", "15")]);
-    let journal = root.join(".big.bin.tern-journal");
+    let journal = journal_path(&root, "big.bin");
     wait_for("some verified chunks", Duration::from_secs(30), || journal_records(&journal) >= 10);
     d.kill9();
     let first = finish(client);
@@ -118,7 +118,7 @@ fn sender_killed_then_rerun_resumes() {
     let url = d.url("/big.bin");
     let args = ["cp", src.to_str().unwrap(), &url, "--token-file", &d.token_arg(), "--chunk-size", "1M", "--streams", "2"];
     let mut client = spawn_tern(&args, &[("TERN_FAULT_DELAY_MS", "15")]);
-    let journal = root.join(".big.bin.tern-journal");
+    let journal = journal_path(&root, "big.bin");
     wait_for("some verified chunks", Duration::from_secs(30), || journal_records(&journal) >= 10);
     client.kill().unwrap();
     let _ = client.wait();
@@ -175,7 +175,7 @@ fn final_names(root: &Path) -> Vec<std::path::PathBuf> {
             let name = e.file_name();
             match e.file_type() {
                 Ok(t) if t.is_dir() => stack.push(rel.join(&name)),
-                Ok(t) if t.is_file() && !name.to_string_lossy().contains(".tern-") => out.push(rel.join(&name)),
+                Ok(t) if t.is_file() && !is_tern_name(&name.to_string_lossy()) => out.push(rel.join(&name)),
                 _ => {}
             }
         }
@@ -249,7 +249,7 @@ fn crash_rounds(src: &Path, total_bytes: u64, dst: &Path, setup: Duration, dest:
     std::thread::sleep(Duration::from_millis(300));
     let landed = final_names(dst);
     let in_place: u64 = landed.iter().map(|rel| fs::metadata(dst.join(rel)).unwrap().len()).sum();
-    let journaled: u64 = (0..3).filter(|i| !landed.contains(&format!("zz/big{i}.bin").into())).map(|i| journal_records(&dst.join(format!("zz/.big{i}.bin.tern-journal"))) * MIB).sum();
+    let journaled: u64 = (0..3).filter(|i| !landed.contains(&format!("zz/big{i}.bin").into())).map(|i| journal_records(&journal_path(&dst.join("zz"), &format!("big{i}.bin"))) * MIB).sum();
     let args = cp(dest(), &[]);
     let r = tern(&args.iter().map(String::as_str).collect::<Vec<_>>(), &[]);
     assert!(r.ok(), "{}", r.stderr());

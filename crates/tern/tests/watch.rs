@@ -256,9 +256,7 @@ fn watcher_killed_mid_stream_resumes_without_loss_or_repeats() {
 
 /// Journals of partial files under a unit's destination.
 fn journals(dir: &Path) -> usize {
-    fs::read_dir(dir)
-        .map(|rd| rd.filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().ends_with(".tern-journal") && e.metadata().map(|m| m.len() > 40).unwrap_or(false)).count())
-        .unwrap_or(0)
+    fs::read_dir(dir).map(|rd| rd.filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().ends_with(".journal") && e.metadata().map(|m| m.len() > 40).unwrap_or(false)).count()).unwrap_or(0)
 }
 
 fn copy_tree(from: &Path, to: &Path) {
@@ -496,6 +494,8 @@ fn service_runs_watch_jobs() {
     let mut svc = Command::new(tern_bin())
         .args(["serve", "--listen", &format!("127.0.0.1:{data}"), "--http-listen", &format!("127.0.0.1:{http}"), "--root", s(&t.path().join("root"))])
         .args(["--token-file", s(&t.path().join("daemon.token")), "--state-dir", s(&state)])
+        // Jobs read and write beside the daemon's root; CI runs as root.
+        .args(["--job-root", s(t.path()), "--allow-root-transfers"])
         // The child's watch state lands under this HOME, not the user's.
         .env("HOME", t.path())
         .env_remove("XDG_STATE_HOME")

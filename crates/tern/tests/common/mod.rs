@@ -116,11 +116,23 @@ pub fn assert_same_tree(a: &Path, b: &Path) {
     assert_eq!(sa.len(), sb.len(), "destination has extra entries: {:?}", sb.keys().filter(|k| !sa.contains_key(*k)).map(|k| String::from_utf8_lossy(k)).collect::<Vec<_>>());
 }
 
+/// Whether a file name is one of tern's temporaries, journals or markers (docs/journal.md).
+pub fn is_tern_name(name: &str) -> bool {
+    name.starts_with(".tern.") && (name.ends_with(".part") || name.ends_with(".journal") || name.ends_with(".incomplete"))
+}
+
+/// The journal tern keeps in `dir` for a file `name` being received there.
+pub fn journal_path(dir: &Path, name: &str) -> PathBuf {
+    let fd = fs::File::open(dir).unwrap();
+    dir.join(std::ffi::OsStr::from_bytes(&tern_engine::fsops::Tag::of(&fd).unwrap().temp_names(name.as_bytes()).1))
+}
+
 /// No temporaries or markers left anywhere under `root`.
 pub fn assert_no_leftovers(root: &Path) {
     for (k, _) in snapshot(root) {
         let name = String::from_utf8_lossy(&k);
-        assert!(!name.contains(".tern-part") && !name.contains(".tern-journal") && !name.contains(".tern-incomplete"), "leftover {name}");
+        let last = name.rsplit('/').next().unwrap();
+        assert!(!is_tern_name(last), "leftover {name}");
     }
 }
 

@@ -1,0 +1,175 @@
+//! Trees holding names that look like tern's own (the leftovers of an interrupted tern
+//! destination), links of every kind, and a daemon's confinement of what they may reach.
+//! Issue 10: `a` beside `.a.tern-part` and `.a.tern-journal` lost two files and corrupted the
+//! third with exit 0; a source `.tern-incomplete` was lost.
+
+mod common;
+
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::symlink;
+use std::path::Path;
+
+use common::*;
+
+/// What a directory that once held an interrupted tern destination contains (old and new
+/// formats), beside the files they were for.
+fn lookalike_tree(src: &Path) {
+    write_file(&src.join("a"), 1, 20 << 20);
+    write_file(&src.join(".a.tern-part"), 2, 3 << 20);
+    write_file(&src.join(".a.tern-journal"), 3, 100_000);
+    write_file(&src.join(".tern-incomplete"), 4, 1_000);
+    write_file(&src.join("sub/b"), 5, 5 << 20);
+    write_file(&src.join("sub/.b.tern-part"), 6, 1 << 20);
+    // Another directory's temporaries: its tag is not this destination's.
+    write_file(&src.join("sub/.tern.0123abcd.0123456789abcdef0123456789abcdef.part"), 7, 70_000);
+    write_file(&src.join("sub/.tern.0123abcd.incomplete"), 8, 10);
+}
+
+#[test]
+fn a_tree_holding_tern_like_names_copies_intact_in_every_mode() {
+    let t = scratch();
+    let src = t.path().join("src");
+    lookalike_tree(&src);
+    let n = 8;
+
+    let local = t.path().join("local");
+    let r = tern(&["cp", "-r", src.to_str().unwrap(), local.to_str().unwrap()], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_eq!(r.u64("files"), n, "{}", r.json);
+    assert_same_tree(&src, &local);
+
+    let synced = t.path().join("synced");
+    let r = tern(&["sync", &format!("{}/", src.display()), synced.to_str().unwrap()], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_same_tree(&src, &synced);
+    // A second sync finds everything identical and deletes nothing of the user's.
+    let r = tern(&["sync", "--delete", &format!("{}/", src.display()), synced.to_str().unwrap()], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_same_tree(&src, &synced);
+
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let token = t.path().join("token");
+    let d = Daemon::start(&root, &token);
+    let r = tern(&["cp", "-r", src.to_str().unwrap(), &d.url("pushed"), "--token-file", &d.token_arg()], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_same_tree(&src, &root.join("pushed"));
+
+    let pulled = t.path().join("pulled");
+    let r = tern(&["cp", "-r", &d.url("pushed"), pulled.to_str().unwrap(), "--token-file", &d.token_arg()], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    // The same entries and no others: no temporary, journal or marker of tern's left beside them.
+    assert_same_tree(&src, &pulled);
+}
+
+#[test]
+fn a_name_in_terns_own_namespace_is_refused_and_nothing_else_is_lost() {
+    let t = scratch();
+    let src = t.path().join("src");
+    let dst = t.path().join("dst");
+    fs::create_dir_all(&dst).unwrap();
+    // The one name a user file cannot have in this destination: its temporary's prefix.
+    let journal = journal_path(&dst, "anything");
+    let reserved = journal.file_name().unwrap().as_bytes().split(|&b| b == b'.').take(3).collect::<Vec<_>>().join(&b'.');
+    let reserved = format!("{}.mine", String::from_utf8(reserved).unwrap());
+    write_file(&src.join("ok"), 1, 3 << 20);
+    write_file(&src.join(&reserved), 2, 1_000);
+    let r = tern(&["sync", &format!("{}/", src.display()), dst.to_str().unwrap()], &[]);
+    assert!(!r.ok(), "a refused file must make the run fail");
+    assert!(r.stderr().contains("reserved for tern"), "{}", r.stderr());
+    assert!(r.stderr().contains(&reserved), "names the file: {}", r.stderr());
+    assert_eq!(fs::read(dst.join("ok")).unwrap(), data(1, 3 << 20));
+    assert!(!dst.join(&reserved).exists());
+}
+
+#[test]
+fn links_are_copied_as_they_are_and_safe_links_leaves_escaping_ones_out() {
+    let t = scratch();
+    let src = t.path().join("src");
+    write_file(&src.join("sub/f"), 1, 1000);
+    symlink("/proj/latest/run42", src.join("abs")).unwrap();
+    symlink("../outside", src.join("up")).unwrap();
+    symlink("sub/f", src.join("in")).unwrap();
+    symlink("../f", src.join("sub/back")).unwrap();
+
+    let dst = t.path().join("dst");
+    let r = tern(&["cp", "-r", src.to_str().unwrap(), dst.to_str().unwrap()], &[]);
+    assert!(r.ok(), "links are copied as rsync -a and cp -a do: {}", r.stderr());
+    assert_same_tree(&src, &dst);
+
+    let safe = t.path().join("safe");
+    let r = tern(&["cp", "-r", "--safe-links", src.to_str().unwrap(), safe.to_str().unwrap()], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert!(fs::symlink_metadata(safe.join("in")).is_ok() && fs::symlink_metadata(safe.join("sub/back")).is_ok());
+    assert!(fs::symlink_metadata(safe.join("abs")).is_err() && fs::symlink_metadata(safe.join("up")).is_err());
+}
+
+#[test]
+fn a_daemon_refuses_links_that_could_resolve_outside_its_root() {
+    let t = scratch();
+    let src = t.path().join("src");
+    fs::create_dir_all(src.join("a/b")).unwrap();
+    // Judged by resolution, not text: `t` climbs through `s`, a link, so `s/../..` is not
+    // what the text says.
+    symlink("../..", src.join("a/b/s")).unwrap();
+    symlink("a/b/s/../../..", src.join("t")).unwrap();
+    symlink("/etc", src.join("abs")).unwrap();
+    symlink("../../../..", src.join("a/b/far")).unwrap();
+    symlink("a/b", src.join("ok")).unwrap();
+
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let token = t.path().join("token");
+    let d = Daemon::start(&root, &token);
+    let r = tern(&["cp", "-r", src.to_str().unwrap(), &d.url("in"), "--token-file", &d.token_arg()], &[]);
+    assert!(!r.ok(), "refused links fail the run");
+    assert!(r.stderr().contains("could resolve outside the daemon's root"), "{}", r.stderr());
+    let landed = root.join("in");
+    assert_eq!(fs::read_link(landed.join("a/b/s")).unwrap(), Path::new("../.."));
+    assert_eq!(fs::read_link(landed.join("ok")).unwrap(), Path::new("a/b"));
+    for refused in ["t", "abs", "a/b/far"] {
+        assert!(fs::symlink_metadata(landed.join(refused)).is_err(), "{refused} was created");
+    }
+    drop(d);
+
+    // The operator may allow them; writes still never follow them.
+    let d = Daemon::start_with(&root, &token, 0, &[], &["--allow-links-out"]);
+    let r = tern(&["cp", "-r", src.to_str().unwrap(), &d.url("allowed"), "--token-file", &d.token_arg()], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_eq!(fs::read_link(root.join("allowed/abs")).unwrap(), Path::new("/etc"));
+}
+
+#[test]
+fn a_link_planted_in_a_daemons_root_is_never_followed_out() {
+    let t = scratch();
+    let outside = t.path().join("outside");
+    write_file(&outside.join("secret"), 9, 1000);
+    let root = t.path().join("root");
+    fs::create_dir_all(root.join("dir")).unwrap();
+    write_file(&root.join("dir/plain"), 1, 1000);
+    symlink(&outside, root.join("x")).unwrap();
+    symlink(&outside, root.join("dir/inner")).unwrap();
+    let token = t.path().join("token");
+    let d = Daemon::start(&root, &token);
+    let src = t.path().join("src");
+    write_file(&src.join("f"), 2, 1000);
+
+    // Writes: through the link at the destination, and below it.
+    for dest in ["x", "x/deeper", "dir/inner/y"] {
+        let r = tern(&["cp", "-r", src.to_str().unwrap(), &d.url(dest), "--token-file", &d.token_arg()], &[]);
+        assert!(!r.ok(), "{dest}: accepted");
+    }
+    // Reads: the link itself, a path through it, and a tree holding it (sent as a link).
+    for from in ["x", "x/secret", "dir/inner/secret"] {
+        let out = t.path().join(format!("out-{}", from.replace('/', "-")));
+        let r = tern(&["cp", "-r", &d.url(from), out.to_str().unwrap(), "--token-file", &d.token_arg()], &[]);
+        assert!(!r.ok(), "{from}: read outside the root");
+        assert!(!out.exists() || !snapshot(&out).values().any(|v| v.starts_with("file")), "{from}: data came out");
+    }
+    let out = t.path().join("tree");
+    let r = tern(&["cp", "-r", &d.url("dir"), out.to_str().unwrap(), "--token-file", &d.token_arg()], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_eq!(fs::read_link(out.join("inner")).unwrap(), outside, "sent as the link it is");
+    assert_eq!(fs::read_dir(&outside).unwrap().count(), 1, "nothing written outside the root");
+}
