@@ -15,17 +15,59 @@ use rustix::fs::{self as rfs, AtFlags, Mode, OFlags, ResolveFlags};
 
 const RESOLVE: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_MAGICLINKS);
 
+/// `openat2(dir, rel, flags, resolve)`, or on a kernel without it (before Linux 5.6: RHEL 7 and
+/// 8) an equivalent that is never looser: `strict` walks `rel` one component at a time through
+/// no symlink at all (stricter than `RESOLVE_BENEATH`, which follows links that stay beneath);
+/// otherwise (the user's own tree, local and ssh modes) a plain `openat`.
+pub fn open_beneath(dir: &impl AsFd, rel: &[u8], flags: OFlags, resolve: ResolveFlags, strict: bool) -> io::Result<OwnedFd> {
+    match rfs::openat2(dir, rel, flags | OFlags::CLOEXEC, Mode::empty(), resolve) {
+        Err(rustix::io::Errno::NOSYS) if strict => open_components(dir, rel, flags),
+        Err(rustix::io::Errno::NOSYS) => Ok(rfs::openat(dir, rel, flags | OFlags::CLOEXEC, Mode::empty())?),
+        r => Ok(r?),
+    }
+}
+
+/// `rel` opened one component at a time, each with `O_NOFOLLOW`: `..`, an absolute path or a
+/// symlink anywhere is refused (`EXDEV`, `ELOOP` or `ENOTDIR`).
+fn open_components(dir: &impl AsFd, rel: &[u8], flags: OFlags) -> io::Result<OwnedFd> {
+    if rel.starts_with(b"/") {
+        return Err(io::Error::from_raw_os_error(libc::EXDEV));
+    }
+    let parts: Vec<&[u8]> = rel.split(|&b| b == b'/').filter(|p| !p.is_empty() && *p != b".").collect();
+    if parts.contains(&&b".."[..]) {
+        return Err(io::Error::from_raw_os_error(libc::EXDEV));
+    }
+    let Some((last, dirs)) = parts.split_last() else {
+        return Ok(rfs::openat(dir, ".", flags | OFlags::CLOEXEC, Mode::empty())?);
+    };
+    let mut cur: Option<OwnedFd> = None;
+    for part in dirs {
+        let next = match &cur {
+            Some(c) => rfs::openat(c, *part, OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?,
+            None => rfs::openat(dir, *part, OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?,
+        };
+        cur = Some(next);
+    }
+    let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    Ok(match &cur {
+        Some(c) => rfs::openat(c, *last, flags, Mode::empty())?,
+        None => rfs::openat(dir, *last, flags, Mode::empty())?,
+    })
+}
+
 /// The destination directory everything is written under.
 pub struct DestRoot {
     fd: OwnedFd,
     path: PathBuf,
+    /// Beneath a daemon's root: never looser than `RESOLVE_BENEATH`, even without openat2.
+    confined: bool,
 }
 
 impl DestRoot {
     /// `beneath`: the daemon's root the destination must resolve under, now (fsops::Beneath).
     pub fn open(beneath: Option<&Beneath>, path: &Path) -> io::Result<Self> {
         let fd = open_dir(beneath, path)?;
-        Ok(Self { fd, path: path.to_path_buf() })
+        Ok(Self { fd, path: path.to_path_buf(), confined: beneath.is_some() })
     }
 
     pub fn path(&self) -> &Path {
@@ -40,14 +82,14 @@ impl DestRoot {
     /// Opens directory `rel` (empty = the root) without leaving the root.
     pub fn dir(&self, rel: &[u8]) -> io::Result<OwnedFd> {
         let rel: &[u8] = if rel.is_empty() { b"." } else { rel };
-        Ok(rfs::openat2(&self.fd, rel, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty(), RESOLVE)?)
+        open_beneath(&self.fd, rel, OFlags::RDONLY | OFlags::DIRECTORY, RESOLVE, self.confined)
     }
 
     /// Opens directory `rel` (empty = the root) through no symlink at all, for walking what
     /// `--delete` removes: a link there is an entry to remove, never a way in.
     pub fn dir_no_links(&self, rel: &[u8]) -> io::Result<OwnedFd> {
         let rel: &[u8] = if rel.is_empty() { b"." } else { rel };
-        Ok(rfs::openat2(&self.fd, rel, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty(), RESOLVE.union(ResolveFlags::NO_SYMLINKS))?)
+        open_beneath(&self.fd, rel, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW, RESOLVE.union(ResolveFlags::NO_SYMLINKS), true)
     }
 
     /// Creates `rel` and its missing parents (mode 0755 before umask); existing dirs are kept.
@@ -237,7 +279,7 @@ impl Beneath {
     fn at(&self, path: &Path, flags: OFlags) -> io::Result<OwnedFd> {
         let rel = self.rel(path)?;
         let rel: &Path = if rel.as_os_str().is_empty() { Path::new(".") } else { rel };
-        Ok(rfs::openat2(&self.fd, rel, flags | OFlags::CLOEXEC, Mode::empty(), RESOLVE)?)
+        open_beneath(&self.fd, rel.as_os_str().as_bytes(), flags, RESOLVE, true)
     }
 
     pub fn open_dir(&self, path: &Path) -> io::Result<OwnedFd> {
@@ -373,5 +415,22 @@ mod tests {
         assert_eq!(b.depth(&up), Some(0));
         assert_eq!(b.depth(&b.open_dir(&root.join("a/b")).unwrap()), Some(2));
         assert!(!link_stays_beneath(b.depth(&up).unwrap(), b"../.."));
+    }
+
+    #[test]
+    fn without_openat2_the_component_walk_follows_no_link() {
+        let outside = tempfile::tempdir().unwrap();
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.join("x")).unwrap();
+        std::os::unix::fs::symlink("a", root.join("in")).unwrap();
+        let fd = rfs::open(root, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        let dir = OFlags::RDONLY | OFlags::DIRECTORY;
+        assert!(open_components(&fd, b"a/b", dir).is_ok());
+        assert!(open_components(&fd, b"", dir).is_ok());
+        for bad in [&b"x"[..], b"x/y", b"in/b", b"a/../a", b"/etc", b"a/b/../../x"] {
+            assert!(open_components(&fd, bad, dir).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
     }
 }

@@ -937,9 +937,12 @@ fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
     Ok(())
 }
 
+/// A name in a directory, and whether it is a directory itself.
+type Listed = (Vec<u8>, bool);
+
 /// The names in directory `rel` (opened beneath the root, through no link at all), whether each
 /// is a directory, and the directory's tag; `.` and `..` left out.
-fn list_dir(root: &DestRoot, rel: &[u8]) -> std::io::Result<(Dir, Vec<(Vec<u8>, bool)>)> {
+fn list_dir(root: &DestRoot, rel: &[u8]) -> std::io::Result<(Dir, Vec<Listed>)> {
     let dir = Dir::new(root.dir_no_links(rel)?)?;
     let mut items = Vec::new();
     let mut rd = rustix::fs::Dir::read_from(&dir.fd)?;
