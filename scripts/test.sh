@@ -48,7 +48,7 @@ fi
 filter=()
 if [[ ${1:-} == "--" ]]; then filter=("${@:2}"); fi
 # Two test threads: the integration tests each run several tern processes on this 2-core box.
-timeout 2400 cargo test --workspace --locked -- --test-threads=2 "${filter[@]}"
+timeout 2400 cargo test --workspace --locked --no-fail-fast -- --test-threads=2 "${filter[@]}"
 
 # The Python client (python/, docs/python.md) against the tern binary cargo just built: pytest
 # starts a real `tern serve` from it. pytest and the package's build backend come from PyPI.

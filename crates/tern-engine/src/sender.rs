@@ -387,9 +387,13 @@ fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: 
                         let Some(f) = files.get_mut(id as usize) else {
                             return Err(peer_bug("want for an unknown file"));
                         };
-                        if f.state != State::Announced || f.kind != EntryKind::File {
+                        // Wanted again once all of it was sent: the receiver starts the file over
+                        // after a whole-file mismatch (a leftover partial of an older version).
+                        let restart = f.state == State::Active && f.outstanding == 0;
+                        if !(f.state == State::Announced || restart) || f.kind != EntryKind::File {
                             return Err(peer_bug("want for a file not waiting for data"));
                         }
+                        f.end_sent = false;
                         validate_ranges(&ranges, f.chunks).map_err(crate::control::proto_err)?;
                         f.state = State::Active;
                         if f.chunks > 1 {

@@ -293,3 +293,35 @@ fn crashes_at_random_points_over_ssh_never_expose_a_partial_file_or_lose_verifie
         }
     });
 }
+
+/// A leftover partial whose journal still matches the source's size and mtime but whose data is
+/// of an older version (the source was rewritten in place and its mtime put back): every chunk
+/// the journal names re-hashes fine against the partial, so only the whole-file hash can tell.
+/// The file starts over once and lands right (was: "protocol error from the receiver: want for
+/// a file not waiting for data").
+#[test]
+fn a_leftover_partial_of_an_older_version_restarts_the_file_once() {
+    let t = scratch();
+    let src = big_source(t.path(), 32);
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let d = Daemon::start(&root, &t.path().join("token"));
+    let url = d.url("/big.bin");
+    let args = ["cp", src.to_str().unwrap(), &url, "--token-file", &d.token_arg(), "--chunk-size", "1M", "--streams", "2"];
+    let mut client = spawn_tern(&args, &[("TERN_FAULT_DELAY_MS", "15")]);
+    let journal = journal_path(&root, "big.bin");
+    wait_for("some verified chunks", Duration::from_secs(30), || journal_records(&journal) >= 8);
+    let _ = client.kill();
+    let _ = client.wait();
+    // Rewrite the source's tail (chunks the partial may not hold yet) and the head (chunks it
+    // does), keeping size and mtime.
+    let mtime = fs::metadata(&src).unwrap().modified().unwrap();
+    let f = fs::OpenOptions::new().write(true).open(&src).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &data(777, MIB as usize), 0).unwrap();
+    f.set_modified(mtime).unwrap();
+    drop(f);
+    let r = tern(&args, &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_eq!(fs::read(&src).unwrap(), fs::read(root.join("big.bin")).unwrap());
+    assert_no_leftovers(&root);
+}
