@@ -36,7 +36,7 @@ pub fn net_err(e: io::Error) -> TransferError {
         io::ErrorKind::UnexpectedEof => "the peer closed the connection".to_string(),
         _ => crate::error::err_text(&e),
     };
-    TransferError::network(format!("control channel: {what}"))
+    TransferError::network(format!("control channel: {what}")).with_kind(crate::error::ErrorKind::ControlClosed)
 }
 
 pub fn proto_err(e: tern_proto::ProtoError) -> TransferError {

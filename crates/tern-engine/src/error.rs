@@ -16,10 +16,53 @@ pub enum Scope {
     Network,
 }
 
+/// What went wrong, for code to decide on; `message` is for people and may be reworded freely.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ErrorKind {
+    #[default]
+    Other,
+    /// The destination's file system or quota is full: every later file would fail the same way.
+    NoSpace,
+    NotFound,
+    PermissionDenied,
+    /// Out of descriptors, memory or threads: a limit, not a fault of the file.
+    ResourceLimit,
+    /// Every chunk verified but the whole-file hash did not (a partial of an older version).
+    WholeFileMismatch,
+    /// The control channel ended or failed (ssh died, the peer closed, a network cut).
+    ControlClosed,
+}
+
+impl ErrorKind {
+    /// Stable name for `--json` (scripts decide on it; the message may change).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Other => "other",
+            Self::NoSpace => "no_space",
+            Self::NotFound => "not_found",
+            Self::PermissionDenied => "permission_denied",
+            Self::ResourceLimit => "resource_limit",
+            Self::WholeFileMismatch => "whole_file_mismatch",
+            Self::ControlClosed => "control_closed",
+        }
+    }
+
+    pub fn of_io(err: &io::Error) -> Self {
+        match err.raw_os_error() {
+            Some(libc::ENOSPC) | Some(libc::EDQUOT) => Self::NoSpace,
+            Some(libc::ENOENT) => Self::NotFound,
+            Some(libc::EACCES) | Some(libc::EPERM) => Self::PermissionDenied,
+            Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOMEM) | Some(libc::EAGAIN) => Self::ResourceLimit,
+            _ => Self::Other,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct TransferError {
     pub side: Side,
     pub scope: Scope,
+    pub kind: ErrorKind,
     /// The file concerned, as the user would type it (lossy for non-UTF-8 names).
     pub path: Option<String>,
     pub message: String,
@@ -27,7 +70,11 @@ pub struct TransferError {
 
 impl TransferError {
     pub fn new(side: Side, scope: Scope, path: Option<String>, message: impl Into<String>) -> Self {
-        Self { side, scope, path, message: message.into() }
+        Self { side, scope, kind: ErrorKind::Other, path, message: message.into() }
+    }
+    pub fn with_kind(mut self, kind: ErrorKind) -> Self {
+        self.kind = kind;
+        self
     }
     pub fn fatal(side: Side, message: impl Into<String>) -> Self {
         Self::new(side, Scope::Fatal, None, message)
@@ -41,7 +88,7 @@ impl TransferError {
     /// A file-level I/O error with a hint chosen from the error kind.
     pub fn io(side: Side, path: impl Into<String>, what: &str, err: &io::Error) -> Self {
         let path = path.into();
-        Self::new(side, Scope::File, Some(path), format!("{what}: {}{}", err_text(err), hint(side, err)))
+        Self::new(side, Scope::File, Some(path), format!("{what}: {}{}", err_text(err), hint(side, err))).with_kind(ErrorKind::of_io(err))
     }
 }
 

@@ -22,7 +22,7 @@ use tern_proto::{Control, Entry, EntryKind, Options};
 
 use crate::control::{CtrlReader, CtrlWriter};
 use crate::datastream::DataConn;
-use crate::error::{Side, TransferError, err_text};
+use crate::error::{ErrorKind, Side, TransferError, err_text};
 use crate::faults::chunk_hash;
 use crate::fsops::{self, Beneath, DestRoot, Dir};
 use crate::hashing::{hash_file, is_zero};
@@ -63,13 +63,17 @@ struct Sink {
     fresh: bool,
     /// End of the furthest byte written: a fresh file that reached its size needs no truncate.
     written_end: std::sync::atomic::AtomicU64,
-    file: OnceLock<Result<File, String>>,
+    /// The temporary, opened on the first chunk; or why it could not be (errno, text).
+    file: OnceLock<Result<File, (Option<i32>, String)>>,
     journal: Option<Journal>,
 }
 
 impl Sink {
-    fn file(&self) -> Result<&File, String> {
-        self.file.get_or_init(|| fsops::open_temp(&*self.parent, &self.tmp).map_err(|e| format!("cannot create temporary file: {}", err_text(&e)))).as_ref().map_err(|e| e.clone())
+    fn file(&self) -> std::io::Result<&File> {
+        self.file.get_or_init(|| fsops::open_temp(&*self.parent, &self.tmp).map_err(|e| (e.raw_os_error(), err_text(&e)))).as_ref().map_err(|(code, text)| match code {
+            Some(code) => std::io::Error::from_raw_os_error(*code),
+            None => std::io::Error::other(text.clone()),
+        })
     }
 }
 
@@ -84,7 +88,7 @@ enum Event {
     StreamFailed(TransferError),
     StreamCorrupt { index: u32, seq: u64, why: String, skipped: bool },
     Finalized { id: u64 },
-    FinalizeFailed { id: u64, message: String },
+    FinalizeFailed { id: u64, kind: ErrorKind, message: String },
     NewStream(DataConn),
 }
 
@@ -410,7 +414,7 @@ fn handle(ctx: &mut Ctx, ev: Event, spawn: &mut dyn FnMut(DataConn)) -> Result<(
         Event::WriteFailed { id, error, what } => {
             let display = ctx.files.get(&id).map(|f| ctx.root.as_ref().unwrap().display(&f.rel)).unwrap_or_default();
             let e = TransferError::io(Side::Destination, display, what, &error);
-            if matches!(error.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)) {
+            if e.kind == ErrorKind::NoSpace {
                 // Every other file would fail the same way: stop, keeping what is verified.
                 return Err(e.into_fatal());
             }
@@ -422,10 +426,10 @@ fn handle(ctx: &mut Ctx, ev: Event, spawn: &mut dyn FnMut(DataConn)) -> Result<(
             ctx.done_ids.push(id);
             mark_done(ctx, id, true);
         }
-        Event::FinalizeFailed { id, message } => {
+        Event::FinalizeFailed { id, kind, message } => {
             ctx.finalizing = ctx.finalizing.saturating_sub(1);
             ctx.sinks.write().unwrap().remove(&id);
-            let retry = ctx.files.get(&id).is_some_and(|f| f.file_retries == 0 && message.starts_with(MISMATCH));
+            let retry = ctx.files.get(&id).is_some_and(|f| f.file_retries == 0 && kind == ErrorKind::WholeFileMismatch);
             if retry {
                 // The whole-file hash disagreed although every chunk verified: a journal from
                 // an older source version, say. Start this file over once.
@@ -435,8 +439,8 @@ fn handle(ctx: &mut Ctx, ev: Event, spawn: &mut dyn FnMut(DataConn)) -> Result<(
                 ctx.pending.push_front(id);
                 return Ok(());
             }
-            if message.contains("No space left") {
-                return Err(TransferError::fatal(Side::Destination, message));
+            if kind == ErrorKind::NoSpace {
+                return Err(TransferError::fatal(Side::Destination, message).with_kind(kind));
             }
             ctx.writer.send(&Control::FileError { id, side: Side::Destination, message: message.clone() })?;
             let display = ctx.files.get(&id).map(|f| ctx.root.as_ref().unwrap().display(&f.rel));
@@ -1107,8 +1111,8 @@ fn recv_worker(mut conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_si
         }
         let file = match sink.file() {
             Ok(f) => f,
-            Err(msg) => {
-                let _ = events.send(Event::WriteFailed { id: h.file_id, error: std::io::Error::other(msg), what: "cannot write" });
+            Err(error) => {
+                let _ = events.send(Event::WriteFailed { id: h.file_id, error, what: "cannot create temporary file" });
                 continue;
             }
         };
@@ -1188,7 +1192,7 @@ fn finalizer(rx: Receiver<ToFinalize>, events: Sender<Event>, fsync: bool, verif
         match rx.recv_timeout(if open { timeout } else { Duration::ZERO }) {
             Ok(ToFinalize { id, sink, expected, more_coming }) => {
                 let Some(expected) = expected else {
-                    let _ = events.send(Event::FinalizeFailed { id, message: format!("{MISMATCH} does not match the source's; resending the file") });
+                    let _ = events.send(Event::FinalizeFailed { id, kind: ErrorKind::WholeFileMismatch, message: format!("{MISMATCH} does not match the source's; resending the file") });
                     continue;
                 };
                 bytes += sink.size;
@@ -1209,8 +1213,8 @@ fn finalizer(rx: Receiver<ToFinalize>, events: Sender<Event>, fsync: bool, verif
         // system) or, with --verify full, a whole re-read; side by side, not one after another.
         let ready: Vec<(u64, Arc<Sink>)> = in_parallel(&batch, |(id, sink, expected)| match prepare_final(sink, verify_full, chunk_size, expected) {
             Ok(()) => Some((*id, sink.clone())),
-            Err(message) => {
-                let _ = events.send(Event::FinalizeFailed { id: *id, message });
+            Err((kind, message)) => {
+                let _ = events.send(Event::FinalizeFailed { id: *id, kind, message });
                 None
             }
         })
@@ -1230,7 +1234,7 @@ fn finalizer(rx: Receiver<ToFinalize>, events: Sender<Event>, fsync: bool, verif
                 let _ = events.send(Event::Finalized { id: *id });
             }
             Err(e) => {
-                let _ = events.send(Event::FinalizeFailed { id: *id, message: format!("cannot rename into place: {}", err_text(&e)) });
+                let _ = events.send(Event::FinalizeFailed { id: *id, kind: ErrorKind::of_io(&e), message: format!("cannot rename into place: {}", err_text(&e)) });
             }
         });
         bytes = 0;
@@ -1255,9 +1259,9 @@ fn in_parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec
 }
 
 /// Length, metadata and (with `--verify full`) a re-read from storage, before the rename.
-fn prepare_final(sink: &Sink, verify_full: bool, chunk_size: u32, expected: &[u8; 32]) -> Result<(), String> {
-    let file = sink.file()?;
-    let io = |what: &str, e: std::io::Error| format!("{what}: {}", err_text(&e));
+fn prepare_final(sink: &Sink, verify_full: bool, chunk_size: u32, expected: &[u8; 32]) -> Result<(), (ErrorKind, String)> {
+    let io = |what: &str, e: std::io::Error| (ErrorKind::of_io(&e), format!("{what}: {}", err_text(&e)));
+    let file = sink.file().map_err(|e| io("cannot create temporary file", e))?;
     // A fresh file whose last byte was written already has its length; otherwise a hole at the
     // end, or a longer stale temporary, needs the truncate.
     if !(sink.fresh && sink.written_end.load(Relaxed) == sink.size) {
@@ -1271,7 +1275,7 @@ fn prepare_final(sink: &Sink, verify_full: bool, chunk_size: u32, expected: &[u8
         }
         let have = hash_file(file, sink.size, chunk_size).map_err(|e| io("cannot re-read for verification", e))?;
         if &have != expected {
-            return Err(format!("{MISMATCH} of the written data does not match on re-read (--verify full); storage corrupted it"));
+            return Err((ErrorKind::WholeFileMismatch, format!("{MISMATCH} of the written data does not match on re-read (--verify full); storage corrupted it")));
         }
     }
     fsops::set_meta(file, sink.mode, sink.mtime).map_err(|e| io("cannot set mode/mtime", e))?;
@@ -1280,6 +1284,6 @@ fn prepare_final(sink: &Sink, verify_full: bool, chunk_size: u32, expected: &[u8
     let written = rustix::fs::fstat(file).map_err(|e| io("cannot stat", e.into()))?;
     match fsops::stat_at(&*sink.parent, &sink.tmp) {
         Ok(Some(st)) if (st.st_dev, st.st_ino) == (written.st_dev, written.st_ino) => Ok(()),
-        _ => Err("the temporary file was replaced or removed while it was written (another process in this directory?); nothing was renamed into place".into()),
+        _ => Err((ErrorKind::Other, "the temporary file was replaced or removed while it was written (another process in this directory?); nothing was renamed into place".into())),
     }
 }

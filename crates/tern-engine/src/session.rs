@@ -794,7 +794,7 @@ impl SshConn {
 
     /// Turns a bare "connection closed" into what ssh or the remote shell said.
     fn explain(&mut self, e: TransferError) -> TransferError {
-        if !e.message.contains("control channel") {
+        if e.kind != crate::error::ErrorKind::ControlClosed {
             return e;
         }
         let deadline = Instant::now() + Duration::from_secs(3);

@@ -82,7 +82,7 @@ impl From<StoreError> for ApiError {
         tracing::error!("{e}");
         // Locked or full: the request changed nothing and can be made again as is.
         let code = match e {
-            StoreError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
+            StoreError::Busy(_) | StoreError::Unreachable(_) => StatusCode::SERVICE_UNAVAILABLE,
             StoreError::Full(_) => StatusCode::INSUFFICIENT_STORAGE,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };

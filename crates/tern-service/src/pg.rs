@@ -57,7 +57,7 @@ fn pg_err(what: &str, e: postgres::Error) -> StoreError {
         {
             StoreError::Busy(format!("PostgreSQL {what}: {msg}"))
         }
-        _ if e.is_closed() || e.code().is_none() => StoreError::Db(format!("PostgreSQL {what}: {msg} (is the server running and reachable?)")),
+        _ if e.is_closed() || e.code().is_none() => StoreError::Unreachable(format!("PostgreSQL {what}: {msg} (is the server running and reachable?)")),
         _ => StoreError::Db(format!("PostgreSQL {what}: {msg}")),
     }
 }

@@ -20,6 +20,9 @@ pub enum StoreError {
     /// Out of space: nothing was changed.
     #[error("job database is full: {0}; nothing was changed, free space on the database's disk and try again")]
     Full(String),
+    /// The database server cannot be reached (down, restarting, a network cut): it may come back.
+    #[error("job database unreachable: {0}")]
+    Unreachable(String),
     #[error("job database is at schema version {found}, newer than this tern knows ({known}); upgrade tern")]
     TooNew { found: i64, known: i64 },
     #[error("job database holds a record it cannot read: {0}")]
@@ -32,7 +35,7 @@ impl StoreError {
     /// Worth trying again later as is (the database will free up), as opposed to a bug or a
     /// corrupt record.
     pub fn is_transient(&self) -> bool {
-        matches!(self, StoreError::Busy(_) | StoreError::Full(_)) || matches!(self, StoreError::Db(m) if m.contains("is the server running"))
+        matches!(self, StoreError::Busy(_) | StoreError::Full(_) | StoreError::Unreachable(_))
     }
 }
 

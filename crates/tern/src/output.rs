@@ -90,7 +90,7 @@ impl JsonTicker {
 }
 
 fn error_json(e: &TransferError) -> serde_json::Value {
-    json!({ "path": e.path, "side": e.side.as_str(), "message": e.message })
+    json!({ "path": e.path, "side": e.side.as_str(), "kind": e.kind.as_str(), "message": e.message })
 }
 
 /// Prints the outcome and picks the exit status: 0 only if every file landed verified.

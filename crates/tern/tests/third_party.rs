@@ -167,6 +167,10 @@ fn a_service_job_from_daemon_to_daemon_runs_to_completion() {
         .arg(svc.join("daemon.token"))
         .arg("--state-dir")
         .arg(svc.join("state"))
+        // The job's token files lie beside the service; CI runs as root.
+        .arg("--job-root")
+        .arg(p.t.path())
+        .arg("--allow-root-transfers")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
