@@ -177,7 +177,11 @@ struct Ctx<'a> {
     done_ids: Vec<u64>,
     symlinks: Vec<Entry>,
     dir_meta: Vec<(Vec<u8>, u32, i64, u32)>,
+    /// Every path the manifest names, for `--delete` only (its one cost per entry of the tree).
     keep: HashSet<Vec<u8>>,
+    /// One past the highest entry id seen: an id below it that `files` lacks is a file already
+    /// done and dropped, not an unknown one.
+    announced: u64,
     manifest_end: bool,
     source_errors: bool,
     summary: Summary,
@@ -245,6 +249,7 @@ impl Receiving {
             symlinks: Vec::new(),
             dir_meta: Vec::new(),
             keep: HashSet::new(),
+            announced: 0,
             manifest_end: false,
             source_errors: false,
             summary: Summary::default(),
@@ -354,7 +359,9 @@ fn handle(ctx: &mut Ctx, ev: Event, spawn: &mut dyn FnMut(DataConn)) -> Result<(
             }
             Control::ManifestEnd { .. } => ctx.manifest_end = true,
             Control::FileEnd { id, file_hash, size, mtime_s, mtime_ns } => {
-                let Some(f) = ctx.files.get_mut(&id) else { return Err(peer_bug("file end for an unknown file")) };
+                let Some(f) = ctx.files.get_mut(&id) else {
+                    return if id < ctx.announced { Ok(()) } else { Err(peer_bug("file end for an unknown file")) };
+                };
                 if f.state != State::Receiving {
                     return Ok(());
                 }
@@ -525,6 +532,8 @@ fn mark_done(ctx: &mut Ctx, id: u64, ok: bool) {
         Progress::add(&ctx.p.progress.files_failed, 1);
         ctx.summary.files_failed += 1;
     }
+    // Memory grows with files in flight, not with the tree.
+    ctx.files.remove(&id);
 }
 
 fn fail_file(ctx: &mut Ctx, id: u64, side: Side, message: String) -> Result<(), TransferError> {
@@ -631,7 +640,10 @@ fn entry(ctx: &mut Ctx, e: Entry) -> Result<(), TransferError> {
     let Some(rel) = ctx.layout.as_ref().unwrap().map(&e.path) else {
         return Err(peer_bug("entry outside the announced source"));
     };
-    ctx.keep.insert(rel.clone());
+    if p.options.delete() {
+        ctx.keep.insert(rel.clone());
+    }
+    ctx.announced = ctx.announced.max(e.id + 1);
     let display = match &ctx.root {
         Some(r) => r.display(&rel),
         None => ctx.layout.as_ref().unwrap().root.join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&rel)).display().to_string(),
@@ -654,7 +666,6 @@ fn entry(ctx: &mut Ctx, e: Entry) -> Result<(), TransferError> {
         Progress::add(&ctx.p.progress.files_failed, 1);
         if e.kind == EntryKind::File {
             // Counted, never asked for: the sender learns it from the FileError.
-            ctx.files.insert(e.id, FileState { entry: e, rel, state: State::Done, assembly: None, outstanding: 0, bad_chunks: 0, file_retries: 0 });
         }
         return Ok(());
     }
@@ -701,8 +712,7 @@ fn entry(ctx: &mut Ctx, e: Entry) -> Result<(), TransferError> {
                 ctx.writer.send(&Control::Skip(vec![(id, SkipReason::Identical)]))?;
                 Progress::add(&ctx.p.progress.files_skipped, 1);
                 Progress::add(&ctx.p.progress.bytes_skipped, size);
-                let f = ctx.files.get_mut(&id).unwrap();
-                f.state = State::Done;
+                ctx.files.remove(&id);
                 ctx.unfinished -= 1;
             } else {
                 ctx.pending.push_back(id);

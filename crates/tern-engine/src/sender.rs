@@ -5,10 +5,11 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
+use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender, unbounded};
 use tern_proto::chunk::{ChunkSet, chunk_count, chunk_range, file_hash, validate_ranges};
@@ -126,11 +127,19 @@ struct FileState {
 }
 
 impl FileState {
+    /// Done or failed: what it held (paths, chunk hashes) is freed, so the sender's memory grows
+    /// with files in flight, not with the tree; the few bytes left keep its id answerable.
     fn finish(&mut self) {
         self.state = State::Finished;
         self.info.finished.store(true, Relaxed);
+        self.info = FINISHED.clone();
+        self.hashes = Vec::new();
     }
 }
+
+/// What a finished file's state points at instead of its own paths.
+static FINISHED: std::sync::LazyLock<Arc<SrcInfo>> =
+    std::sync::LazyLock::new(|| Arc::new(SrcInfo { path: PathBuf::new(), rel: Vec::new(), size: 0, mtime_s: 0, mtime_ns: 0, finished: AtomicBool::new(true), beneath: None }));
 
 /// The chunk frames one data stream wrote, by sequence number, until their files finish: what
 /// to send again if the receiver resets the stream (`docs/protocol.md`, "Repairing a corrupted
@@ -224,6 +233,7 @@ impl Sending {
         let Sending { events, rx, resets, reopen } = self;
         let chunk_size = p.options.chunk_size;
         let (work_tx, work_rx) = unbounded::<Work>();
+        let ahead = Arc::new(Ahead::default());
         let mut closers = Vec::new();
         let mut workers = Vec::new();
         let logs: StreamLogs = Arc::default();
@@ -240,12 +250,14 @@ impl Sending {
         }
         crate::control::spawn_reader(reader, events.clone(), Event::Ctrl, Event::CtrlFailed);
         {
-            let (ev, w, sources, opts, memory, filter, list) = (events.clone(), writer.clone(), p.sources.clone(), p.options, p.memory.clone(), p.filter.clone(), p.list.clone());
-            thread::spawn(move || walker(ev, w, sources, opts, memory, filter, list));
+            let job = WalkJob { sources: p.sources.clone(), opts: p.options, filter: p.filter.clone(), list: p.list.clone(), ahead: ahead.clone() };
+            let (ev, w, memory) = (events.clone(), writer.clone(), p.memory.clone());
+            thread::spawn(move || walker(ev, w, memory, job));
         }
 
         let repair = Repair { resets, reopen, logs: logs.clone(), events: events.clone(), next_index: REPLACEMENT_INDEX };
-        let result = self_loop(&rx, &writer, &work_tx, &p, repair, &mut |conn| spawn_worker(conn, &mut closers, &mut workers));
+        let result = self_loop(&rx, &writer, &work_tx, &p, repair, &ahead, &mut |conn| spawn_worker(conn, &mut closers, &mut workers));
+        ahead.stop.store(true, Relaxed);
         let result = result.map_err(|e| {
             crate::control::prefer_peer_fatal(e, &rx, |ev| match ev {
                 Event::Ctrl(Control::Fatal { side, message }) => crate::control::Said::Fatal(TransferError::fatal(side, message)),
@@ -279,14 +291,16 @@ struct Repair {
     next_index: u32,
 }
 
-fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: &SenderParams, mut repair: Repair, spawn: &mut dyn FnMut(DataConn)) -> Result<Summary, TransferError> {
+fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: &SenderParams, mut repair: Repair, ahead: &Ahead, spawn: &mut dyn FnMut(DataConn)) -> Result<Summary, TransferError> {
     let chunk_size = p.options.chunk_size;
     let mut files: Vec<FileState> = Vec::new();
     let mut walk_done = false;
     let mut unfinished = 0u64;
+    let mut registered = 0u64;
     let mut summary: Option<Summary> = None;
     let progress = &p.progress;
     loop {
+        ahead.finished.store(registered - unfinished, Relaxed);
         if walk_done
             && unfinished == 0
             && let Some(s) = summary
@@ -312,6 +326,7 @@ fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: 
                 for f in batch {
                     if f.kind == EntryKind::File {
                         unfinished += 1;
+                        registered += 1;
                         Progress::add(&progress.files_total, 1);
                         Progress::add(&progress.bytes_total, f.size);
                     }
@@ -343,6 +358,14 @@ fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: 
             }
             Event::Sent { id, chunk, hash, len, hash_only, resend } => {
                 let f = &mut files[id as usize];
+                if f.state == State::Finished {
+                    // A frame of a file that failed meanwhile: its state is gone; only the
+                    // bytes count.
+                    if !hash_only {
+                        Progress::add(&progress.bytes, len as u64);
+                    }
+                    continue;
+                }
                 if !hash_only {
                     Progress::add(&progress.bytes, len as u64);
                     let mut mem = p.memory.lock().unwrap();
@@ -364,10 +387,10 @@ fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: 
                     let end = file_end(id, f);
                     writer.send(&end)?;
                     if let Control::FileError { side, message, .. } = end {
+                        progress.error(TransferError::file(side, f.info.path.display().to_string(), message));
                         f.finish();
                         unfinished -= 1;
                         Progress::add(&progress.files_failed, 1);
-                        progress.error(TransferError::file(side, f.info.path.display().to_string(), message));
                     }
                 }
             }
@@ -423,11 +446,11 @@ fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: 
                     for (id, _) in list {
                         let Some(f) = files.get_mut(id as usize) else { return Err(peer_bug("skip for an unknown file")) };
                         if f.state == State::Announced && f.kind == EntryKind::File {
-                            f.finish();
                             unfinished -= 1;
                             Progress::add(&progress.files_skipped, 1);
                             Progress::add(&progress.bytes_skipped, f.info.size);
                             p.memory.lock().unwrap().finished.insert(f.info.rel.clone());
+                            f.finish();
                         }
                     }
                 }
@@ -467,10 +490,14 @@ fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: 
                     for id in ids {
                         let Some(f) = files.get_mut(id as usize) else { return Err(peer_bug("done for an unknown file")) };
                         if f.state != State::Finished {
-                            f.finish();
                             unfinished -= 1;
                             Progress::add(&progress.files_done, 1);
-                            p.memory.lock().unwrap().finished.insert(f.info.rel.clone());
+                            let mut mem = p.memory.lock().unwrap();
+                            // Done for good: what was sent of it no longer tells a resend.
+                            mem.sent.remove(&f.info.rel);
+                            mem.finished.insert(f.info.rel.clone());
+                            drop(mem);
+                            f.finish();
                         }
                     }
                 }
@@ -600,7 +627,29 @@ fn entry_wire_bytes(f: &SrcFile) -> usize {
 const CHANGED: &str = "file changed while it was being sent (size or mtime differs); re-run to send the new version";
 
 /// Walks the sources, registering entries with the main loop before announcing them.
-fn walker(events: Sender<Event>, writer: Arc<CtrlWriter>, sources: Vec<SourceSpec>, opts: Options, memory: Arc<Mutex<SendMemory>>, filter: Filter, list: Option<Arc<Vec<Vec<u8>>>>) {
+/// How far the walk may run ahead of the transfer: files announced but not finished. Both sides
+/// hold state per such file (the receiver queues them until its window takes them), so this,
+/// not the tree, bounds their memory; a million-file tree streams through.
+pub const MAX_FILES_AHEAD: u64 = 32_768;
+
+/// Files the main loop has seen finish this session; the walker waits on it.
+#[derive(Default)]
+struct Ahead {
+    finished: AtomicU64,
+    /// The session is over: stop waiting.
+    stop: AtomicBool,
+}
+
+struct WalkJob {
+    sources: Vec<SourceSpec>,
+    opts: Options,
+    filter: Filter,
+    list: Option<Arc<Vec<Vec<u8>>>>,
+    ahead: Arc<Ahead>,
+}
+
+fn walker(events: Sender<Event>, writer: Arc<CtrlWriter>, memory: Arc<Mutex<SendMemory>>, job: WalkJob) {
+    let WalkJob { sources, opts, filter, list, ahead } = job;
     const BATCH: usize = 512;
     // A batch is also cut by bytes: 512 entries of 4 KiB paths and link targets would be 4 MiB,
     // four times a control frame. Half a frame leaves room for the largest single entry.
@@ -642,6 +691,20 @@ fn walker(events: Sender<Event>, writer: Arc<CtrlWriter>, sources: Vec<SourceSpe
             }
         }
         if f.kind == EntryKind::File {
+            if files - ahead.finished.load(Relaxed) >= MAX_FILES_AHEAD {
+                // Announce what is batched, then wait for the transfer to catch up.
+                batch_bytes = 0;
+                if let Err(e) = flush(&mut batch, &mut next_id) {
+                    failed = Some(e);
+                    return false;
+                }
+                while files - ahead.finished.load(Relaxed) >= MAX_FILES_AHEAD {
+                    if ahead.stop.load(Relaxed) {
+                        return false;
+                    }
+                    thread::sleep(Duration::from_millis(2));
+                }
+            }
             files += 1;
             bytes += f.size;
         }
