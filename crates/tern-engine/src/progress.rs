@@ -6,6 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::error::TransferError;
 
+/// Per-file errors kept with their text.
+pub const MAX_ERRORS: usize = 10_000;
+
 #[derive(Default)]
 pub struct Progress {
     /// Payload bytes moved over the network in this run (resends included).
@@ -22,7 +25,10 @@ pub struct Progress {
     pub streams: AtomicU64,
     pub reconnects: AtomicU64,
     pub deleted: AtomicU64,
+    /// The first `MAX_ERRORS` per-file errors; the rest are only counted (`errors_omitted`), so
+    /// a tree of a million unreadable files cannot exhaust memory.
     pub errors: Mutex<Vec<TransferError>>,
+    pub errors_omitted: AtomicU64,
     /// One-line notes for the user that are not errors (e.g. "installed tern on HOST at PATH").
     pub notices: Mutex<Vec<String>>,
     /// Dry-run plan lines, in the order the receiver decided them.
@@ -42,6 +48,26 @@ impl Progress {
     }
     pub fn error(&self, e: TransferError) {
         tracing::debug!("{e}");
-        self.errors.lock().unwrap().push(e);
+        let mut errors = self.errors.lock().unwrap();
+        if errors.len() < MAX_ERRORS {
+            errors.push(e);
+        } else {
+            self.errors_omitted.fetch_add(1, Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_are_kept_up_to_the_cap_and_counted_beyond() {
+        let p = Progress::default();
+        for i in 0..MAX_ERRORS + 5 {
+            p.error(TransferError::file(crate::error::Side::Source, format!("f{i}"), "unreadable"));
+        }
+        assert_eq!(p.errors.lock().unwrap().len(), MAX_ERRORS);
+        assert_eq!(Progress::get(&p.errors_omitted), 5);
     }
 }

@@ -105,8 +105,9 @@ pub fn report(p: &Progress, result: Result<Summary, TransferError>, seconds: f64
         for e in errors.iter().take(20) {
             let _ = writeln!(err, "tern: {e}");
         }
-        if errors.len() > 20 {
-            let _ = writeln!(err, "tern: ... and {} more errors", errors.len() - 20);
+        let more = errors.len().saturating_sub(20) as u64 + Progress::get(&p.errors_omitted);
+        if more > 0 {
+            let _ = writeln!(err, "tern: ... and {more} more errors");
         }
         if let Err(e) = &result {
             let _ = writeln!(err, "tern: {e}");
@@ -130,6 +131,7 @@ pub fn report(p: &Progress, result: Result<Summary, TransferError>, seconds: f64
             "reconnects": Progress::get(&p.reconnects),
             "deleted": Progress::get(&p.deleted),
             "errors": all,
+            "errors_omitted": Progress::get(&p.errors_omitted),
             "plan": *p.plan.lock().unwrap(),
         });
         println!("{v}");
