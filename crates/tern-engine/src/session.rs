@@ -112,8 +112,11 @@ pub fn run(spec: &ClientSpec, progress: &Arc<Progress>) -> Result<Summary, Trans
         // Progress, not a manifest: the manifest is exchanged before the data streams connect,
         // so a firewalled data port would otherwise look like a peer once reached.
         let ever_connected = Progress::get(&progress.bytes) > 0 || Progress::get(&progress.files_done) > 0 || Progress::get(&progress.files_skipped) > 0;
+        // A login that is refused or a name that does not resolve before anything moved is a
+        // mistake to report, not an outage to wait out; after data moved it may be one.
+        let permanent = |e: &TransferError| !ever_connected && matches!(e.kind, crate::error::ErrorKind::NotFound | crate::error::ErrorKind::PermissionDenied);
         match attempt {
-            Err(e) if e.scope == Scope::Network && started.elapsed() < spec.retry_for && (ever_connected || tries < 3) => {
+            Err(e) if e.scope == Scope::Network && !permanent(&e) && started.elapsed() < spec.retry_for && (ever_connected || tries < 3) => {
                 tracing::warn!("{e}; reconnecting in {:.1} s and resuming", backoff.as_secs_f64());
                 Progress::add(&progress.reconnects, 1);
                 progress.streams.store(0, Relaxed);
@@ -303,8 +306,26 @@ fn ssh_host_name(dest: &str) -> String {
     bracket(dest.rsplit_once('@').map_or(dest, |(_, h)| h))
 }
 
+/// What ssh says when retrying cannot help: authentication, host keys, unknown names,
+/// configuration. (ssh reports all failures with status 255; its text is all there is.)
+fn ssh_failure_is_permanent(line: &str) -> bool {
+    const PERMANENT: [&str; 7] = [
+        "permission denied",
+        "could not resolve hostname",
+        "host key verification failed",
+        "no such file or directory",
+        "bad configuration",
+        "name or service not known",
+        "too many authentication failures",
+    ];
+    let line = line.to_lowercase();
+    PERMANENT.iter().any(|p| line.contains(p))
+}
+
 pub(crate) fn connect(addr: &str) -> Result<TcpStream, TransferError> {
-    let addrs: Vec<_> = addr.to_socket_addrs().map_err(|e| TransferError::network(format!("{addr}: cannot resolve: {e}")))?.collect();
+    // A name that does not resolve is a typo or a missing DNS entry, not an outage: say it once.
+    let addrs: Vec<_> =
+        addr.to_socket_addrs().map_err(|e| TransferError::network(format!("{addr}: cannot resolve: {e} (check the host name)")).with_kind(crate::error::ErrorKind::NotFound))?.collect();
     connect_any(&addrs).map_err(|e| TransferError::network(format!("{addr}: cannot connect: {} (is the daemon running and the port open?)", crate::error::err_text(&e))))
 }
 
@@ -815,6 +836,9 @@ impl SshConn {
         }
         match code {
             Some(127) => TransferError::fatal(Side::Network, format!("{}: the --remote-bin program was not found there; check the path", self.host)),
+            // ssh's own failures: a login or a name that cannot work now will not work in a
+            // second either (unlike a dropped connection), so they are not retried.
+            Some(255) if ssh_failure_is_permanent(&last) => TransferError::network(format!("ssh to {} failed: {last}", self.host)).with_kind(crate::error::ErrorKind::PermissionDenied),
             Some(255) => TransferError::network(format!("ssh to {} failed: {last}", self.host)),
             Some(2) => {
                 TransferError::fatal(Side::Network, format!("the tern on {} did not understand us (an older version? upgrade it, or drop --remote-bin to let tern install its own): {last}", self.host))

@@ -305,3 +305,18 @@ fn bwlimit_zero_is_no_limit_and_a_tiny_rate_is_refused() {
     let r = tern(&["cp", "--bwlimit", "1000", t.path().join("f").to_str().unwrap(), t.path().join("k").to_str().unwrap()], &[]);
     assert!(r.ok(), "{}", r.stderr());
 }
+
+/// A name that does not resolve is a mistake to report once, not an outage to retry.
+#[test]
+fn an_unresolvable_host_fails_once_without_reconnecting() {
+    let t = scratch();
+    write_file(&t.path().join("f"), 1, 10);
+    let token = t.path().join("token");
+    fs::write(&token, "x".repeat(64)).unwrap();
+    fs::set_permissions(&token, fs::Permissions::from_mode(0o600)).unwrap();
+    let r = tern(&["cp", t.path().join("f").to_str().unwrap(), "tern://no-such-host.invalid:4000/x", "--token-file", token.to_str().unwrap()], &[]);
+    assert!(!r.ok());
+    assert!(r.stderr().contains("cannot resolve") && r.stderr().contains("check the host name"), "{}", r.stderr());
+    assert!(!r.stderr().contains("reconnecting"), "retried: {}", r.stderr());
+    assert_eq!(r.json["reconnects"], 0, "{}", r.json);
+}
