@@ -621,21 +621,28 @@ fn e_path_in_tree(ctx: &Ctx, path: &[u8]) -> Vec<u8> {
     }
 }
 
+/// Decides where entries land (from the first of them) and opens the destination root.
+fn init_layout(ctx: &mut Ctx, first: &Entry) -> Result<(), TransferError> {
+    let p = ctx.p;
+    let beneath = p.beneath.as_deref();
+    let l = layout::decide(beneath, &p.destination, p.options.contents(), p.multi_source, first, p.options.dry_run())?;
+    match DestRoot::open(beneath, &l.root) {
+        Ok(r) => ctx.root = Some(r),
+        // A dry run to a destination that does not exist yet: nothing there to compare.
+        Err(err) if p.options.dry_run() && err.raw_os_error() == Some(libc::ENOENT) => {}
+        Err(err) => return Err(TransferError::io(Side::Destination, l.root.display().to_string(), "cannot open", &err).into_fatal()),
+    }
+    if l.created_root {
+        ctx.fresh_dirs.insert(Vec::new());
+    }
+    ctx.layout = Some(l);
+    Ok(())
+}
+
 fn entry(ctx: &mut Ctx, e: Entry) -> Result<(), TransferError> {
     let p = ctx.p;
     if ctx.layout.is_none() {
-        let beneath = p.beneath.as_deref();
-        let l = layout::decide(beneath, &p.destination, p.options.contents(), p.multi_source, &e, p.options.dry_run())?;
-        match DestRoot::open(beneath, &l.root) {
-            Ok(r) => ctx.root = Some(r),
-            // A dry run to a destination that does not exist yet: nothing there to compare.
-            Err(err) if p.options.dry_run() && err.raw_os_error() == Some(libc::ENOENT) => {}
-            Err(err) => return Err(TransferError::io(Side::Destination, l.root.display().to_string(), "cannot open", &err).into_fatal()),
-        }
-        if l.created_root {
-            ctx.fresh_dirs.insert(Vec::new());
-        }
-        ctx.layout = Some(l);
+        init_layout(ctx, &e)?;
     }
     let Some(rel) = ctx.layout.as_ref().unwrap().map(&e.path) else {
         return Err(peer_bug("entry outside the announced source"));
@@ -874,6 +881,12 @@ fn prepare(ctx: &mut Ctx, id: u64) -> Result<Vec<(u64, u32)>, TransferError> {
 
 /// After every file: symlinks, directory metadata, `--delete`, the resume marker.
 fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
+    // An empty source's contents (`sync EMPTY/ DST`): nothing named the layout, but a mirror
+    // with --delete still has a destination to compare.
+    if ctx.layout.is_none() && ctx.p.options.contents() && ctx.p.options.delete() {
+        let root_entry = Entry { id: 0, kind: EntryKind::Dir, path: Vec::new(), size: 0, mode: 0o755, mtime_s: 0, mtime_ns: 0, target: Vec::new(), hash: None };
+        init_layout(ctx, &root_entry)?;
+    }
     if ctx.p.options.dry_run() {
         if ctx.p.options.delete()
             && let Some(l) = &ctx.layout
@@ -934,10 +947,23 @@ fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
     }
     let l = ctx.layout.as_ref().unwrap();
     if ctx.p.options.delete() && l.mirror {
+        let extra = extras(root, &ctx.keep, &ctx.p.filter);
         if ctx.source_errors {
             ctx.p.progress.error(TransferError::fatal(Side::Source, "some source files could not be read, so --delete removed nothing (fix the errors and re-run)"));
+        } else if ctx.keep.is_empty() && !extra.is_empty() && !ctx.p.options.delete_from_empty() {
+            // An empty source mirrored with --delete empties the destination. That is rsync's
+            // answer, and usually an unmounted file system or a typo: ask for it explicitly.
+            // Fatal, so the client hears it (a receiver's own notes do not reach it).
+            return Err(TransferError::fatal(
+                Side::Source,
+                format!(
+                    "the source is empty, so --delete would remove all {} entries under {}; nothing was deleted (if that is what you want, add --delete-empty-source)",
+                    extra.len(),
+                    root.path().display()
+                ),
+            ));
         } else {
-            for rel in extras(root, &ctx.keep, &ctx.p.filter) {
+            for rel in extra {
                 match remove_tree(root, &rel) {
                     Ok(()) => {
                         ctx.summary.deleted += 1;

@@ -110,6 +110,9 @@ impl Options {
     // `--safe-links`: the receiver leaves out links whose targets point outside the copied tree
     // (absolute, or climbing above it), as rsync does. An older receiver refused them instead.
     flag!(safe_links, set_safe_links, 12);
+    // `--delete-empty-source`: `--delete` from an empty source empties the destination, as
+    // rsync does. Without it the receiver refuses (an older receiver deleted silently).
+    flag!(delete_from_empty, set_delete_from_empty, 13);
 }
 
 /// Hello feature bit: this peer understands third-party sessions (`Dial`, option bit 10). A

@@ -190,6 +190,10 @@ pub(crate) struct Common {
     /// --safe-links). Without it links are copied as they are, as rsync -a and cp -a do.
     #[arg(long)]
     safe_links: bool,
+    /// With --delete, let an empty source empty the destination (rsync does so silently; tern
+    /// refuses without this, since an empty source is more often an unmounted file system).
+    #[arg(long, requires = "delete")]
+    delete_empty_source: bool,
 }
 
 #[derive(Args)]
@@ -391,6 +395,7 @@ pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: boo
     options.set_fsync_none(c.fsync == Fsync::None);
     options.set_ignore_existing(c.ignore_existing);
     options.set_safe_links(c.safe_links);
+    options.set_delete_from_empty(c.delete_empty_source);
     let spec = ClientSpec {
         sources,
         dest,

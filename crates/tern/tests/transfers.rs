@@ -317,3 +317,38 @@ fn ssh_sessions_share_one_connection_unless_told_not_to() {
     assert!(!fresh.exists() || fs::read_dir(&fresh).unwrap().count() == 0);
     assert_eq!(established_to(sshd.port), 0);
 }
+
+/// `sync --delete` from an empty source: refused in one line with nothing deleted (usually an
+/// unmounted file system or a typo), emptied with `--delete-empty-source` (rsync's answer).
+#[test]
+fn delete_from_an_empty_source_needs_its_own_flag() {
+    let t = scratch();
+    let empty = t.path().join("empty");
+    fs::create_dir(&empty).unwrap();
+    let root = t.path().join("root");
+    let d = Daemon::start(
+        &{
+            fs::create_dir(&root).unwrap();
+            root.clone()
+        },
+        &t.path().join("token"),
+    );
+    for (dst, url) in [(t.path().join("local"), None), (root.join("remote"), Some(d.url("remote/")))] {
+        write_file(&dst.join("a"), 1, 100);
+        write_file(&dst.join("sub/b"), 2, 100);
+        let target = url.clone().unwrap_or_else(|| format!("{}/", dst.display()));
+        let mut args = vec!["sync", "--delete", &format!("{}/", empty.display())].into_iter().map(String::from).collect::<Vec<_>>();
+        args.push(target.clone());
+        args.extend(["--token-file".into(), d.token_arg()]);
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let r = tern(&argv, &[]);
+        assert!(!r.ok(), "{target}: an empty source emptied the destination silently");
+        assert!(r.stderr().contains("the source is empty") && r.stderr().contains("--delete-empty-source"), "{}", r.stderr());
+        assert!(dst.join("a").exists() && dst.join("sub/b").exists(), "{target}: deleted");
+        let mut argv = argv.clone();
+        argv.push("--delete-empty-source");
+        let r = tern(&argv, &[]);
+        assert!(r.ok(), "{}", r.stderr());
+        assert_eq!(fs::read_dir(&dst).unwrap().count(), 0, "{target}: not emptied");
+    }
+}
