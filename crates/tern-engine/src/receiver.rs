@@ -763,11 +763,24 @@ fn plan_entry(ctx: &mut Ctx, e: Entry, rel: Vec<u8>) -> Result<(), TransferError
     if e.kind != EntryKind::File {
         return Ok(());
     }
-    let same = ctx.root.is_some() && identical(ctx, &rel, &e).unwrap_or(false);
+    // Only where the directory already exists: a dry run creates nothing.
+    let same = ctx.root.as_ref().is_some_and(|r| r.dir(parent(&rel)).is_ok()) && identical(ctx, &rel, &e).unwrap_or(false);
     let action = if same { PlanAction::Skip } else { PlanAction::Copy };
-    ctx.writer.send(&Control::Plan { action, path: rel })?;
+    plan(ctx, action, rel)?;
     ctx.writer.send(&Control::Skip(vec![(e.id, SkipReason::DryRun)]))?;
     Ok(())
+}
+
+/// A dry-run line: to the sender, which shows it when it is the client, and to our own
+/// progress, shown when we are (a pull; in a local copy ours is not displayed).
+fn plan(ctx: &Ctx, action: PlanAction, path: Vec<u8>) -> Result<(), TransferError> {
+    let verb = match action {
+        PlanAction::Copy => "copy",
+        PlanAction::Skip => "skip",
+        PlanAction::Delete => "delete",
+    };
+    ctx.p.progress.plan.lock().unwrap().push(format!("{verb} {}", String::from_utf8_lossy(&path)));
+    ctx.writer.send(&Control::Plan { action, path })
 }
 
 /// Issues wants while the window has room.
@@ -894,7 +907,7 @@ fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
             && let Some(root) = &ctx.root
         {
             for rel in extras(root, &ctx.keep, &ctx.p.filter) {
-                ctx.writer.send(&Control::Plan { action: PlanAction::Delete, path: rel })?;
+                plan(ctx, PlanAction::Delete, rel)?;
             }
         }
         return Ok(());

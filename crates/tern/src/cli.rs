@@ -71,6 +71,10 @@ struct SyncArgs {
     /// Delete destination files that are not in the source.
     #[arg(long)]
     delete: bool,
+    /// With --delete, let an empty source empty the destination (rsync does so silently; tern
+    /// refuses without this, since an empty source is more often an unmounted file system).
+    #[arg(long, requires = "delete")]
+    delete_empty_source: bool,
     #[command(flatten)]
     common: Common,
 }
@@ -190,10 +194,6 @@ pub(crate) struct Common {
     /// --safe-links). Without it links are copied as they are, as rsync -a and cp -a do.
     #[arg(long)]
     safe_links: bool,
-    /// With --delete, let an empty source empty the destination (rsync does so silently; tern
-    /// refuses without this, since an empty source is more often an unmounted file system).
-    #[arg(long, requires = "delete")]
-    delete_empty_source: bool,
 }
 
 #[derive(Args)]
@@ -266,9 +266,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Cp(a) => {
             let (dst, srcs) = a.paths.split_last().unwrap();
-            transfer(srcs, dst, a.recursive, false, false, false, &a.common)
+            transfer(srcs, dst, a.recursive, false, false, Delete::default(), &a.common)
         }
-        Command::Sync(a) => transfer(std::slice::from_ref(&a.src), &a.dst, true, true, a.checksum, a.delete, &a.common),
+        Command::Sync(a) => transfer(std::slice::from_ref(&a.src), &a.dst, true, true, a.checksum, Delete { extras: a.delete, from_empty: a.delete_empty_source }, &a.common),
         Command::Serve(a) => serve(a),
         Command::Watch(a) => crate::watch_cli::run(a),
         Command::Service(c) => crate::service_cli::run(c),
@@ -282,7 +282,14 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-fn transfer(srcs: &[String], dst: &str, recursive: bool, sync: bool, checksum: bool, delete: bool, c: &Common) -> Result<ExitCode> {
+/// `sync --delete` and whether an empty source may empty the destination.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Delete {
+    extras: bool,
+    from_empty: bool,
+}
+
+fn transfer(srcs: &[String], dst: &str, recursive: bool, sync: bool, checksum: bool, delete: Delete, c: &Common) -> Result<ExitCode> {
     let spec = client_spec(srcs, dst, recursive, sync, checksum, delete, c)?;
     let progress = Arc::new(Progress::default());
     let display = (!c.quiet && !c.json && std::io::IsTerminal::is_terminal(&std::io::stderr())).then(|| output::Display::start(progress.clone()));
@@ -342,7 +349,7 @@ fn stop_at_first_failure(p: &Progress, started: Instant, json: bool) -> ! {
 }
 
 /// The engine's settings for a copy, as `cp` and `sync` use them and `watch` per unit.
-pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: bool, checksum: bool, delete: bool, c: &Common) -> Result<ClientSpec> {
+pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: bool, checksum: bool, delete: Delete, c: &Common) -> Result<ClientSpec> {
     let sources = srcs.iter().map(|s| Endpoint::parse(s).map_err(anyhow::Error::msg)).collect::<Result<Vec<_>>>()?;
     let dest = Endpoint::parse(dst).map_err(anyhow::Error::msg)?;
     let first_host = sources[0].host_key();
@@ -366,7 +373,7 @@ pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: boo
             if sources.len() != 1 {
                 bail!("--files-from takes one SRC directory (the listed paths are relative to it)");
             }
-            if delete {
+            if delete.extras {
                 bail!("--delete with --files-from would remove everything not listed; use one or the other");
             }
             Some(Arc::new(read_file_list(file)?))
@@ -387,7 +394,8 @@ pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: boo
     };
     options.set_contents(sync || files_from.is_some() || srcs.iter().any(contents_of));
     options.set_checksum(checksum);
-    options.set_delete(delete);
+    options.set_delete(delete.extras);
+    options.set_delete_from_empty(delete.from_empty);
     options.set_dry_run(c.dry_run);
     options.set_verify_full(c.verify == Verify::Full);
     options.set_no_encrypt(c.no_encrypt);
@@ -395,7 +403,6 @@ pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: boo
     options.set_fsync_none(c.fsync == Fsync::None);
     options.set_ignore_existing(c.ignore_existing);
     options.set_safe_links(c.safe_links);
-    options.set_delete_from_empty(c.delete_empty_source);
     let spec = ClientSpec {
         sources,
         dest,

@@ -86,7 +86,7 @@ pub fn run(a: WatchArgs) -> Result<ExitCode> {
         std::fs::create_dir_all(&p).map_err(|e| anyhow::anyhow!("{}: cannot create the destination directory: {e}", p.display()))?;
         dst = p.canonicalize()?.display().to_string();
     }
-    let template = crate::cli::client_spec(std::slice::from_ref(&src_str), &dst, true, false, false, false, c)?;
+    let template = crate::cli::client_spec(std::slice::from_ref(&src_str), &dst, true, false, false, crate::cli::Delete::default(), c)?;
     let hook = a.on_arrival.as_deref().map(|h| Hook::for_destination(&template, h));
     let state_dir = match &a.state_dir {
         Some(d) => d.clone(),

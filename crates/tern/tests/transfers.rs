@@ -352,3 +352,24 @@ fn delete_from_an_empty_source_needs_its_own_flag() {
         assert_eq!(fs::read_dir(&dst).unwrap().count(), 0, "{target}: not emptied");
     }
 }
+
+/// `sync -n` from a daemon (the client receives): the plan is shown and nothing is created.
+#[test]
+fn a_dry_run_pull_prints_its_plan_and_creates_nothing() {
+    let t = scratch();
+    let root = t.path().join("root");
+    write_file(&root.join("src/same"), 1, 1000);
+    write_file(&root.join("src/new/deep/f"), 2, 1000);
+    let d = Daemon::start(&root, &t.path().join("token"));
+    let dst = t.path().join("dst");
+    let r = tern(&["sync", &d.url("src/"), &format!("{}/", dst.display()), "--token-file", &d.token_arg()], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    fs::remove_dir_all(dst.join("new")).unwrap();
+    write_file(&dst.join("extra"), 3, 10);
+    let r = tern(&["sync", "-n", "--delete", &d.url("src/"), &format!("{}/", dst.display()), "--token-file", &d.token_arg()], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    let plan: Vec<String> = r.json["plan"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+    assert!(plan.contains(&"skip same".to_string()) && plan.contains(&"copy new/deep/f".to_string()) && plan.contains(&"delete extra".to_string()), "{plan:?}");
+    assert!(!dst.join("new").exists(), "a dry run created a directory");
+    assert!(dst.join("extra").exists());
+}
