@@ -98,6 +98,9 @@ pub fn report(p: &Progress, result: Result<Summary, TransferError>, seconds: f64
     let errors = p.errors.lock().unwrap().clone();
     let ok = result.is_ok() && errors.is_empty() && Progress::get(&p.files_failed) == 0;
     let bytes = Progress::get(&p.bytes);
+    // Entries that did not land, counted the same way everywhere: failed files, and entries the
+    // engine reported with a path (a refused link, a FIFO it skipped), whichever says more.
+    let failed = Progress::get(&p.files_failed).max(errors.iter().filter(|e| e.path.is_some()).count() as u64 + Progress::get(&p.errors_omitted));
     // Errors always go to stderr, one line each, so scripts' logs show them even with --json.
     {
         let stderr = std::io::stderr();
@@ -122,7 +125,7 @@ pub fn report(p: &Progress, result: Result<Summary, TransferError>, seconds: f64
             "ok": ok,
             "files": Progress::get(&p.files_done),
             "files_skipped": Progress::get(&p.files_skipped),
-            "files_failed": Progress::get(&p.files_failed),
+            "files_failed": failed,
             "bytes": bytes,
             "bytes_skipped": Progress::get(&p.bytes_skipped),
             "seconds": seconds,
@@ -143,8 +146,9 @@ pub fn report(p: &Progress, result: Result<Summary, TransferError>, seconds: f64
         }
         if std::io::IsTerminal::is_terminal(&std::io::stderr()) && !dry_run {
             let rate = bytes as f64 / seconds.max(1e-9);
+            let not_landed = if failed > 0 { format!(", {failed} did not (see above)") } else { String::new() };
             eprintln!(
-                "{} {} files ({} skipped), {:.2} GB in {:.1} s, {:.2} Gb/s",
+                "{} {} files copied{not_landed} ({} skipped), {:.2} GB in {:.1} s, {:.2} Gb/s",
                 if ok { "done:" } else { "FAILED:" },
                 Progress::get(&p.files_done),
                 Progress::get(&p.files_skipped),

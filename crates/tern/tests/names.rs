@@ -125,6 +125,7 @@ fn a_daemon_refuses_links_that_could_resolve_outside_its_root() {
     let r = tern(&["cp", "-r", src.to_str().unwrap(), &d.url("in"), "--token-file", &d.token_arg()], &[]);
     assert!(!r.ok(), "refused links fail the run");
     assert!(r.stderr().contains("could resolve outside the daemon's root"), "{}", r.stderr());
+    assert_eq!(r.json["files_failed"], 3, "the refused links count as entries that did not land: {}", r.json);
     let landed = root.join("in");
     assert_eq!(fs::read_link(landed.join("a/b/s")).unwrap(), Path::new("../.."));
     assert_eq!(fs::read_link(landed.join("ok")).unwrap(), Path::new("a/b"));
