@@ -39,6 +39,13 @@ enum Command {
     /// The managed service's client commands: submit, jobs, status, wait, cancel, retry, token.
     #[command(flatten)]
     Service(crate::service_cli::ServiceCommand),
+    /// Print a shell completion script: bash, zsh, fish, elvish or powershell (see README, Install).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print tern's man page (roff) on stdout: tern man > ~/.local/share/man/man1/tern.1
+    Man,
     /// (internal) the far end of an ssh-mode transfer; speaks the protocol on stdin/stdout.
     #[command(name = "_remote", hide = true)]
     Remote {
@@ -113,8 +120,8 @@ pub(crate) struct Common {
     no_encrypt: bool,
     #[arg(long, value_enum, default_value = "stream")]
     verify: Verify,
-    /// Keep mode and mtime (the default).
-    #[arg(long, overrides_with = "no_preserve")]
+    /// Keep mode and mtime (the default; -p as in scp, cp and rsync).
+    #[arg(short = 'p', long, overrides_with = "no_preserve")]
     preserve: bool,
     /// Do not keep mode and mtime.
     #[arg(long)]
@@ -134,8 +141,9 @@ pub(crate) struct Common {
     /// No progress display.
     #[arg(short, long)]
     pub(crate) quiet: bool,
-    /// The ssh command for [user@]host: endpoints, like rsync -e.
-    #[arg(long, env = "TERN_SSH")]
+    /// The ssh command for [user@]host: endpoints, e.g. --ssh 'ssh -i KEY' (-e and --rsh as
+    /// in rsync).
+    #[arg(short = 'e', long, visible_alias = "rsh", value_name = "CMD", env = "TERN_SSH")]
     ssh: Option<String>,
     /// tern's path on the remote host.
     #[arg(long, env = "TERN_REMOTE_BIN")]
@@ -186,6 +194,30 @@ pub(crate) struct Common {
     /// (rsync --ignore-existing; Globus' sync level "exists"): top up, never overwrite.
     #[arg(long)]
     ignore_existing: bool,
+    #[command(flatten)]
+    pub(crate) compat: Compat,
+}
+
+/// What scp and rsync users type by habit. tern already does what most of these ask for, so
+/// they are accepted rather than refused with a misleading tip; the pure no-ops stay out of
+/// `--help`.
+#[derive(Args, Default, Clone)]
+pub(crate) struct Compat {
+    /// Archive mode as in rsync and cp: -r, keeping mode and mtime (which tern always does).
+    #[arg(short = 'a', long)]
+    pub(crate) archive: bool,
+    /// rsync -P (--partial --progress): tern always resumes and shows progress on a terminal.
+    #[arg(short = 'P', hide = true)]
+    partial_progress: bool,
+    /// rsync --progress: tern shows progress whenever stderr is a terminal.
+    #[arg(long, hide = true)]
+    progress: bool,
+    /// rsync --partial: tern always keeps verified partial files and resumes them.
+    #[arg(long, hide = true)]
+    partial: bool,
+    /// rsync/scp -z: accepted and ignored with a note (tern does not compress).
+    #[arg(short = 'z', long, hide = true)]
+    pub(crate) compress: bool,
 }
 
 #[derive(Args)]
@@ -252,10 +284,20 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Cp(a) => {
             let (dst, srcs) = a.paths.split_last().unwrap();
-            transfer(srcs, dst, a.recursive, false, false, false, &a.common)
+            transfer(srcs, dst, a.recursive || a.common.compat.archive, false, false, false, &a.common)
         }
         Command::Sync(a) => transfer(std::slice::from_ref(&a.src), &a.dst, true, true, a.checksum, a.delete, &a.common),
         Command::Serve(a) => serve(a),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "tern", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man => {
+            use clap::CommandFactory;
+            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()).context("cannot write the man page to standard output")?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Watch(a) => crate::watch_cli::run(a),
         Command::Service(c) => crate::service_cli::run(c),
         Command::Remote { port_range, reverse_port } => match tern_engine::server::serve_remote(port_range, reverse_port) {
@@ -270,6 +312,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
 
 fn transfer(srcs: &[String], dst: &str, recursive: bool, sync: bool, checksum: bool, delete: bool, c: &Common) -> Result<ExitCode> {
     let spec = client_spec(srcs, dst, recursive, sync, checksum, delete, c)?;
+    if c.compat.compress && !c.quiet {
+        eprintln!("tern: -z ignored: tern does not compress; data moves at network speed without it (most scientific data does not compress anyway)");
+    }
     let progress = Arc::new(Progress::default());
     let display = (!c.quiet && !c.json && std::io::IsTerminal::is_terminal(&std::io::stderr())).then(|| output::Display::start(progress.clone()));
     let ticker = c.progress_json.then(|| output::JsonTicker::start(progress.clone()));

@@ -1,0 +1,105 @@
+//! What scp, rsync and cp users type by habit: their flags, their endpoint forms, their
+//! behaviour on a missing source or a copy into itself; completions and the man page.
+
+mod common;
+use common::*;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn small_tree(root: &Path) {
+    write_file(&root.join("a.dat"), 1, 1000);
+    write_file(&root.join("sub/b.dat"), 2, 70_000);
+    write_file(&root.join("sub/deeper/c.dat"), 3, 5);
+}
+
+/// A stand-in for ssh that records its arguments (one invocation a line) and fails.
+fn fake_ssh(dir: &Path) -> (String, std::path::PathBuf) {
+    let log = dir.join("ssh-args.log");
+    let script = dir.join("fake-ssh");
+    fs::write(&script, format!("#!/bin/sh\necho \"$@\" >> '{}'\necho 'fake-ssh: no such host' >&2\nexit 1\n", log.display())).unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    (script.display().to_string(), log)
+}
+
+fn tern_plain(args: &[&str]) -> std::process::Output {
+    let mut cmd = Command::new(tern_bin());
+    cmd.args(args).stdin(std::process::Stdio::null());
+    run_bounded(cmd, Duration::from_secs(60))
+}
+
+#[test]
+fn rsync_and_scp_flags_are_accepted() {
+    let t = scratch();
+    let src = t.path().join("src");
+    small_tree(&src);
+    // rsync -avz: archive (recursive), verbose, compress (ignored with one note).
+    let dst = t.path().join("avz");
+    let r = tern(&["cp", "-avz", s(&src), s(&dst)], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_same_tree(&src, &dst);
+    let notes: Vec<_> = r.stderr().lines().filter(|l| l.contains("-z")).map(str::to_string).collect();
+    assert_eq!(notes.len(), 1, "{}", r.stderr());
+    assert!(notes[0].contains("-z ignored") && notes[0].contains("does not compress"), "{}", notes[0]);
+    // scp -rp, cp -a, rsync -P / --progress / --partial / --archive / --compress.
+    for (i, flags) in [&["-rp"][..], &["-a"], &["-av"], &["-rP"], &["-r", "--progress", "--partial"], &["--archive", "--compress", "-q"]].iter().enumerate() {
+        let dst = t.path().join(format!("d{i}"));
+        let mut args = vec!["cp"];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&[s(&src), s(&dst)]);
+        let r = tern(&args, &[]);
+        assert!(r.ok(), "{flags:?}: {}", r.stderr());
+        assert_same_tree(&src, &dst);
+        if flags.contains(&"-q") {
+            assert!(!r.stderr().contains("-z ignored"), "-q keeps the -z note quiet: {}", r.stderr());
+        }
+    }
+    // rsync -avP for sync too.
+    let dst = t.path().join("synced");
+    let r = tern(&["sync", "-avP", &format!("{}/", s(&src)), s(&dst)], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_same_tree(&src, &dst);
+    // The compatibility no-ops stay out of --help; -a and -e are documented.
+    let help = String::from_utf8(tern_plain(&["cp", "--help"]).stdout).unwrap();
+    assert!(help.contains("--archive") && help.contains("--rsh") && help.contains("-e, --ssh"), "{help}");
+    assert!(!help.contains("--partial") && !help.contains("--compress") && !help.contains("  --progress "), "{help}");
+}
+
+#[test]
+fn dash_e_and_rsh_are_the_ssh_command() {
+    let t = scratch();
+    let (ssh, log) = fake_ssh(t.path());
+    let src = t.path().join("f");
+    write_file(&src, 1, 10);
+    for flag in ["-e", "--rsh"] {
+        let _ = fs::remove_file(&log);
+        let r = tern(&["cp", flag, &format!("{ssh} -oFoo=bar"), "--no-ssh-reuse", "--retry-for", "0", s(&src), "somehost:/x"], &[]);
+        assert!(!r.ok());
+        let args = fs::read_to_string(&log).unwrap_or_else(|_| panic!("{flag}: the given command was not run: {}", r.stderr()));
+        assert!(args.contains("-oFoo=bar") && args.contains("somehost"), "{flag}: {args}");
+    }
+}
+
+#[test]
+fn completions_and_man_page() {
+    let out = tern_plain(&["completions", "bash"]);
+    assert!(out.status.success());
+    let bash = String::from_utf8(out.stdout).unwrap();
+    assert!(bash.contains("tern") && bash.contains("cp") && bash.contains("--recursive"), "{bash}");
+    for shell in ["zsh", "fish"] {
+        let out = tern_plain(&["completions", shell]);
+        assert!(out.status.success() && !out.stdout.is_empty(), "{shell}");
+    }
+    assert!(!tern_plain(&["completions", "tcsh-ish"]).status.success());
+    let out = tern_plain(&["man"]);
+    assert!(out.status.success());
+    let man = String::from_utf8(out.stdout).unwrap();
+    assert!(man.contains(".TH") && man.contains("tern"), "{man}");
+}
