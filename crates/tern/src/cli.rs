@@ -374,8 +374,8 @@ fn stop_at_first_failure(p: &Progress, started: Instant, json: bool) -> ! {
 
 /// The engine's settings for a copy, as `cp` and `sync` use them and `watch` per unit.
 pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: bool, checksum: bool, delete: bool, c: &Common) -> Result<ClientSpec> {
-    let sources = srcs.iter().map(|s| Endpoint::parse(s).map_err(anyhow::Error::msg)).collect::<Result<Vec<_>>>()?;
-    let dest = Endpoint::parse(dst).map_err(anyhow::Error::msg)?;
+    let sources = srcs.iter().map(|s| Endpoint::parse(s).map_err(|e| anyhow::anyhow!("source: {e}"))).collect::<Result<Vec<_>>>()?;
+    let dest = Endpoint::parse(dst).map_err(|e| anyhow::anyhow!("destination: {e}"))?;
     let first_host = sources[0].host_key();
     if sources.iter().any(|s| s.host_key() != first_host) {
         bail!("all sources must be on the same host (copy from each host separately)");

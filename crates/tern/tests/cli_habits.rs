@@ -103,3 +103,71 @@ fn completions_and_man_page() {
     let man = String::from_utf8(out.stdout).unwrap();
     assert!(man.contains(".TH") && man.contains("tern"), "{man}");
 }
+
+#[test]
+fn urls_tern_does_not_speak_are_refused_at_once() {
+    let t = scratch();
+    let (ssh, log) = fake_ssh(t.path());
+    let src = t.path().join("f");
+    write_file(&src, 1, 10);
+    for (args, side, scheme) in [
+        (vec![s(&src), "http://example.org/x"], "destination:", "http://"),
+        (vec![s(&src), "sftp://u@h/x"], "destination:", "sftp://"),
+        (vec!["s3://bucket/key", "out"], "source:", "s3://"),
+        (vec![s(&src), "tern:/x"], "destination:", "tern://"),
+    ] {
+        let mut a = vec!["cp", "-e", &ssh, "--no-ssh-reuse"];
+        a.extend(args);
+        let r = tern(&a, &[]);
+        assert_eq!(r.out.status.code(), Some(2), "{a:?}: {}", r.stderr());
+        let e = r.stderr();
+        assert_eq!(e.lines().count(), 1, "one line: {e}");
+        assert!(e.starts_with(&format!("tern: {side}")) && e.contains(scheme) && e.contains("[user@]host:path") && e.contains("scp://"), "{e}");
+        assert!(!log.exists(), "{a:?} was tried as an ssh host: {}", fs::read_to_string(&log).unwrap_or_default());
+    }
+}
+
+#[test]
+fn ssh_urls_pass_their_port_and_bracketed_ipv6_its_host() {
+    let t = scratch();
+    let (ssh, log) = fake_ssh(t.path());
+    let src = t.path().join("f");
+    write_file(&src, 1, 10);
+    for (dst, want) in [("scp://alice@dtn.example:2222//data/x", "-p 2222 -- alice@dtn.example"), ("ssh://dtn.example:2200/x", "-p 2200 -- dtn.example"), ("alice@[::1]:x", "-- alice@::1"), ("[fe80::1]:x", "-- fe80::1")] {
+        let _ = fs::remove_file(&log);
+        let r = tern(&["cp", "-e", &ssh, "--no-ssh-reuse", "--retry-for", "0", s(&src), dst], &[]);
+        assert!(!r.ok());
+        let args = fs::read_to_string(&log).unwrap_or_else(|_| panic!("{dst}: ssh not run: {}", r.stderr()));
+        assert!(args.contains(want), "{dst}: ssh got {args}");
+    }
+}
+
+#[test]
+fn scp_url_with_a_port_copies_over_real_ssh() {
+    let Some(sshd) = require_sshd() else { return };
+    let t = scratch();
+    let src = t.path().join("src");
+    small_tree(&src);
+    let dst = t.path().join("dst");
+    // The port is in the URL only: the ssh command has none.
+    let ssh = format!("ssh -i {}/userkey -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o ControlPath=none", sshd.dir.path().display());
+    let url = format!("scp://root@127.0.0.1:{}/{}", sshd.port, dst.display());
+    let r = tern(&["cp", "-r", "-e", &ssh, s(&src), &url], &[]);
+    assert!(r.ok(), "{url}: {}", r.stderr());
+    assert_same_tree(&src, &dst);
+}
+
+#[test]
+fn local_paths_with_colons_stay_local() {
+    let t = scratch();
+    let dir = t.path().join("w");
+    write_file(&dir.join("a:b"), 7, 100);
+    write_file(&dir.join("sub/c:d"), 8, 100);
+    for (from, to) in [("./a:b", "./x:y"), ("sub/c:d", "sub/e:f")] {
+        let mut cmd = Command::new(tern_bin());
+        cmd.current_dir(&dir).args(["cp", "--no-ssh-reuse", from, to]).env("TERN_SSH", "/bin/false");
+        let out = run_bounded(cmd, Duration::from_secs(60));
+        assert!(out.status.success(), "{from}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(fs::read(dir.join(from)).unwrap(), fs::read(dir.join(to)).unwrap());
+    }
+}
