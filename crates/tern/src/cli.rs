@@ -311,11 +311,13 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 fn transfer(srcs: &[String], dst: &str, recursive: bool, sync: bool, checksum: bool, delete: bool, c: &Common) -> Result<ExitCode> {
+    let progress = Arc::new(Progress::default());
+    let srcs = &usable_sources(srcs, dst, recursive, c.dry_run, &progress)?;
+    refuse_copy_into_itself(srcs, dst, sync || c.files_from.is_some() || srcs.iter().any(|s| contents_of(s)))?;
     let spec = client_spec(srcs, dst, recursive, sync, checksum, delete, c)?;
     if c.compat.compress && !c.quiet {
         eprintln!("tern: -z ignored: tern does not compress; data moves at network speed without it (most scientific data does not compress anyway)");
     }
-    let progress = Arc::new(Progress::default());
     let display = (!c.quiet && !c.json && std::io::IsTerminal::is_terminal(&std::io::stderr())).then(|| output::Display::start(progress.clone()));
     let ticker = c.progress_json.then(|| output::JsonTicker::start(progress.clone()));
     let started = Instant::now();
@@ -347,6 +349,44 @@ fn transfer(srcs: &[String], dst: &str, recursive: bool, sync: bool, checksum: b
         }
     }
     Ok(output::report(&progress, result, seconds, c.json, c.dry_run))
+}
+
+/// Of several local sources, those that can be copied: as cp and rsync do, a missing one (or a
+/// directory without -r) is reported as a source error, one line, and the rest are copied; the
+/// exit status is then 1. The engine refuses the whole transfer when one source is missing, so
+/// the CLI checks local sources first. Remote sources, a single source, or none usable: all are
+/// handed on and the engine reports the first bad one as before.
+fn usable_sources(srcs: &[String], dst: &str, recursive: bool, dry_run: bool, progress: &Progress) -> Result<Vec<String>> {
+    use tern_engine::error::{Side, TransferError, err_text};
+    if srcs.len() < 2 {
+        return Ok(srcs.to_vec());
+    }
+    let (mut kept, mut errors) = (Vec::new(), Vec::new());
+    for s in srcs {
+        let Ok(Endpoint::Local(path)) = Endpoint::parse(s) else { return Ok(srcs.to_vec()) };
+        match std::fs::symlink_metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => errors.push(TransferError::file(Side::Source, s.clone(), format!("{} (check the source path; the other sources are copied)", err_text(&e)))),
+            Err(e) => errors.push(TransferError::file(Side::Source, s.clone(), format!("cannot read: {} (the other sources are copied)", err_text(&e)))),
+            Ok(md) if md.is_dir() && !recursive => errors.push(TransferError::file(Side::Source, s.clone(), "is a directory, skipped (use -r to copy directories)")),
+            Ok(_) => kept.push(s.clone()),
+        }
+    }
+    if errors.is_empty() || kept.is_empty() {
+        return Ok(srcs.to_vec());
+    }
+    if kept.len() == 1 {
+        // Several sources make DST a directory (created if missing); one source alone would
+        // be renamed to DST, so DST is made the directory several would have made.
+        let Ok(Endpoint::Local(dest)) = Endpoint::parse(dst) else { return Ok(srcs.to_vec()) };
+        match std::fs::metadata(&dest) {
+            Ok(md) if md.is_dir() => {}
+            Ok(_) => bail!("destination: {} is a file, but a directory is needed for several sources; choose a directory path", dest.display()),
+            Err(_) if dry_run => return Ok(srcs.to_vec()),
+            Err(_) => std::fs::create_dir(&dest).map_err(|e| anyhow::anyhow!("destination: {}: cannot create directory: {} (create its parent first)", dest.display(), err_text(&e)))?,
+        }
+    }
+    progress.errors.lock().unwrap().extend(errors);
+    Ok(kept)
 }
 
 /// `--fail-fast`: the first per-file error ends the transfer (and this process) as a failure,
@@ -411,12 +451,7 @@ pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: boo
     let mut options = Options { flags: 0, chunk_size, streams, concurrency: c.concurrency.unwrap_or(0).min(1 << 20) };
     options.set_recursive(recursive);
     options.set_sync(sync);
-    // `src/.` (or `.`) copies the contents, as cp does; sync always mirrors contents.
-    let contents_of = |s: &String| {
-        let t = s.trim_end_matches('/');
-        t == "." || t.ends_with("/.") || t.ends_with(":.") || t.ends_with(':')
-    };
-    options.set_contents(sync || files_from.is_some() || srcs.iter().any(contents_of));
+    options.set_contents(sync || files_from.is_some() || srcs.iter().any(|s| contents_of(s)));
     options.set_checksum(checksum);
     options.set_delete(delete);
     options.set_dry_run(c.dry_run);
@@ -452,6 +487,64 @@ pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: boo
         files_from,
     };
     Ok(spec)
+}
+
+/// `src/.` (or `.`) copies the contents, as cp does; sync always mirrors contents.
+fn contents_of(s: &str) -> bool {
+    let t = s.trim_end_matches('/');
+    t == "." || t.ends_with("/.") || t.ends_with(":.") || t.ends_with(':')
+}
+
+/// A local copy whose destination lies in (or is) one of its source directories would copy
+/// what it writes, or each file onto itself: refused in one line, as cp does.
+fn refuse_copy_into_itself(srcs: &[String], dst: &str, contents: bool) -> Result<()> {
+    let Ok(Endpoint::Local(dest)) = Endpoint::parse(dst) else { return Ok(()) };
+    let Some(dest_abs) = resolve(&dest) else { return Ok(()) };
+    let into_dir = srcs.len() > 1 || dest_abs.is_dir();
+    for s in srcs {
+        let Ok(Endpoint::Local(src)) = Endpoint::parse(s) else { return Ok(()) };
+        let Ok(md) = std::fs::symlink_metadata(&src) else { continue };
+        let Some(src_abs) = resolve(&src) else { continue };
+        // Where this source lands, and how the user would write that place.
+        let name = src_abs.file_name().map(|n| n.to_os_string());
+        let (landing, shown) = match name {
+            Some(n) if into_dir && !contents => (dest_abs.join(&n), format!("{}/{}", dst.trim_end_matches('/'), n.to_string_lossy())),
+            _ => (dest_abs.clone(), dst.to_string()),
+        };
+        if landing == src_abs {
+            bail!("destination: '{s}' and '{shown}' are the same {}; choose another destination", if md.is_dir() { "directory" } else { "file" });
+        }
+        if md.is_dir() && landing.starts_with(&src_abs) {
+            bail!("destination: cannot copy a directory, '{s}', into itself, '{shown}'; choose a destination outside the source");
+        }
+    }
+    Ok(())
+}
+
+/// `p` made absolute with symlinks resolved, except its last component (a symlink is copied as
+/// a link, not followed); a path that does not exist yet resolves through its nearest existing
+/// ancestor.
+fn resolve(p: &std::path::Path) -> Option<PathBuf> {
+    use std::path::Component;
+    let abs = std::path::absolute(p).ok()?;
+    let name = match abs.components().next_back()? {
+        Component::Normal(n) => n.to_os_string(),
+        // `.`, `..`, `/`: a directory that exists (or nothing to check).
+        _ => return abs.canonicalize().ok(),
+    };
+    let mut existing = abs.parent()?.to_path_buf();
+    let mut rest = Vec::new();
+    while !existing.exists() {
+        match existing.components().next_back()? {
+            Component::Normal(n) => rest.push(n.to_os_string()),
+            _ => return None,
+        }
+        existing = existing.parent()?.to_path_buf();
+    }
+    let mut out = existing.canonicalize().ok()?;
+    out.extend(rest.iter().rev());
+    out.push(name);
+    Some(out)
 }
 
 /// `--files-from`: one path per line, relative to SRC (a leading `/` or `./` is dropped); blank

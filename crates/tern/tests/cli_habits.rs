@@ -171,3 +171,79 @@ fn local_paths_with_colons_stay_local() {
         assert_eq!(fs::read(dir.join(from)).unwrap(), fs::read(dir.join(to)).unwrap());
     }
 }
+
+/// Runs tern (with --json) in `dir`, as a user types relative paths.
+fn tern_in(dir: &Path, args: &[&str]) -> Run {
+    let mut cmd = Command::new(tern_bin());
+    cmd.current_dir(dir).args(args).arg("--json").stdin(std::process::Stdio::null());
+    let out = run_bounded(cmd, Duration::from_secs(120));
+    let json = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+    Run { out, json }
+}
+
+#[test]
+fn a_missing_source_is_reported_and_the_rest_copied() {
+    let t = scratch();
+    let w = t.path();
+    write_file(&w.join("a"), 1, 1000);
+    write_file(&w.join("b"), 2, 2000);
+    write_file(&w.join("d/inner"), 3, 30);
+    fs::create_dir(w.join("dir")).unwrap();
+    // Into an existing directory.
+    let r = tern_in(w, &["cp", "a", "missing", "b", "dir/"]);
+    assert_eq!(r.out.status.code(), Some(1), "{}", r.stderr());
+    let e = r.stderr();
+    assert_eq!(e.lines().count(), 1, "one line: {e}");
+    assert!(e.starts_with("tern: source: missing: No such file or directory"), "{e}");
+    assert_eq!(fs::read(w.join("dir/a")).unwrap(), fs::read(w.join("a")).unwrap());
+    assert_eq!(fs::read(w.join("dir/b")).unwrap(), fs::read(w.join("b")).unwrap());
+    assert_eq!(r.json["ok"], false);
+    assert_eq!(r.json["errors"][0]["side"], "source");
+    assert_eq!(r.u64("files"), 2);
+    // One source left: DST is still the directory several sources make, not a renamed copy.
+    let r = tern_in(w, &["cp", "a", "missing", "newdir"]);
+    assert_eq!(r.out.status.code(), Some(1), "{}", r.stderr());
+    assert_eq!(fs::read(w.join("newdir/a")).unwrap(), fs::read(w.join("a")).unwrap());
+    // A directory without -r is skipped the same way (cp: "omitting directory").
+    let r = tern_in(w, &["cp", "a", "d", "b", "flat"]);
+    assert_eq!(r.out.status.code(), Some(1), "{}", r.stderr());
+    assert!(r.stderr().contains("source: d: is a directory") && r.stderr().contains("-r"), "{}", r.stderr());
+    assert!(w.join("flat/a").is_file() && w.join("flat/b").is_file() && !w.join("flat/d").exists());
+    // Nothing usable: refused as before, nothing created.
+    let r = tern_in(w, &["cp", "m1", "m2", "none"]);
+    assert!(!r.ok());
+    assert!(r.stderr().contains("m1") && r.stderr().contains("No such file"), "{}", r.stderr());
+    assert!(!w.join("none").exists());
+}
+
+#[test]
+fn a_directory_is_not_copied_into_itself() {
+    let t = scratch();
+    let w = t.path();
+    small_tree(&w.join("src"));
+    let before = snapshot(&w.join("src"));
+    for (args, want) in [
+        (&["cp", "-r", "src", "src"][..], "cannot copy a directory, 'src', into itself, 'src/src'"),
+        (&["cp", "-r", "src", "src/sub"], "cannot copy a directory, 'src', into itself, 'src/sub/src'"),
+        (&["cp", "-r", "src", "src/new"], "cannot copy a directory, 'src', into itself, 'src/new'"),
+        (&["cp", "-r", "src/.", "src/sub/deeper"], "into itself, 'src/sub/deeper'"),
+        (&["cp", "-a", "a.dat", "src", "src/sub"], "cannot copy a directory, 'src', into itself, 'src/sub/src'"),
+        (&["sync", "src", "src/sub"], "into itself, 'src/sub'"),
+        (&["cp", "-r", "src", "."], "'src' and './src' are the same directory"),
+        (&["cp", "src/a.dat", "src/a.dat"], "are the same file"),
+    ] {
+        if args.contains(&"a.dat") {
+            write_file(&w.join("a.dat"), 9, 10);
+        }
+        let r = tern_in(w, args);
+        assert_eq!(r.out.status.code(), Some(2), "{args:?}: {}", r.stderr());
+        let e = r.stderr();
+        assert_eq!(e.lines().count(), 1, "{args:?}: one line: {e}");
+        assert!(e.starts_with("tern: destination: ") && e.contains(want), "{args:?}: {e}");
+        assert_eq!(snapshot(&w.join("src")), before, "{args:?} changed the source");
+    }
+    // Next to the source is fine, and so is a name that merely starts like it.
+    let r = tern_in(w, &["cp", "-r", "src", "src-copy"]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_same_tree(&w.join("src"), &w.join("src-copy"));
+}
