@@ -28,7 +28,7 @@ pub struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Copy files and directories: SRC... DST, each a path, [user@]host:path or tern://host[:port]/path.
+    /// Copy files and directories: SRC... DST, each a path, [user@]host:path, scp://[user@]host[:port]/path or tern://host[:port]/path.
     Cp(CpArgs),
     /// Make DST a mirror of SRC's contents: skips identical files (size+mtime, or --checksum).
     Sync(SyncArgs),
@@ -138,7 +138,7 @@ pub(crate) struct Common {
     /// service): {"progress": {"bytes", "bytes_total", "files_done", "files_total", ...}}.
     #[arg(long)]
     pub(crate) progress_json: bool,
-    /// No progress display.
+    /// No progress display, no notes.
     #[arg(short, long)]
     pub(crate) quiet: bool,
     /// The ssh command for [user@]host: endpoints, e.g. --ssh 'ssh -i KEY' (-e and --rsh as

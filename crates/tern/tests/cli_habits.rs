@@ -242,6 +242,12 @@ fn a_directory_is_not_copied_into_itself() {
         assert!(e.starts_with("tern: destination: ") && e.contains(want), "{args:?}: {e}");
         assert_eq!(snapshot(&w.join("src")), before, "{args:?} changed the source");
     }
+    // Through a symlink to the source: still into itself.
+    std::os::unix::fs::symlink("src", w.join("alias")).unwrap();
+    let r = tern_in(w, &["cp", "-r", "src", "alias/sub"]);
+    assert_eq!(r.out.status.code(), Some(2), "{}", r.stderr());
+    assert!(r.stderr().contains("into itself, 'alias/sub/src'"), "{}", r.stderr());
+    assert_eq!(snapshot(&w.join("src")), before);
     // Next to the source is fine, and so is a name that merely starts like it.
     let r = tern_in(w, &["cp", "-r", "src", "src-copy"]);
     assert!(r.ok(), "{}", r.stderr());
