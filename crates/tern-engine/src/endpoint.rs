@@ -16,8 +16,16 @@ const SCHEMES: &[&str] = &["tern", "ssh", "scp", "sftp", "http", "https", "ftp",
 pub enum Endpoint {
     Local(PathBuf),
     /// `host` may hold `user@`; an IPv6 address is kept without brackets; `port` is ssh's `-p`.
-    Ssh { host: String, port: Option<u16>, path: String },
-    Daemon { host: String, port: u16, path: String },
+    Ssh {
+        host: String,
+        port: Option<u16>,
+        path: String,
+    },
+    Daemon {
+        host: String,
+        port: u16,
+        path: String,
+    },
 }
 
 impl Endpoint {

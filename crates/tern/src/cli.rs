@@ -365,7 +365,9 @@ fn usable_sources(srcs: &[String], dst: &str, recursive: bool, dry_run: bool, pr
     for s in srcs {
         let Ok(Endpoint::Local(path)) = Endpoint::parse(s) else { return Ok(srcs.to_vec()) };
         match std::fs::symlink_metadata(&path) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => errors.push(TransferError::file(Side::Source, s.clone(), format!("{} (check the source path; the other sources are copied)", err_text(&e)))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                errors.push(TransferError::file(Side::Source, s.clone(), format!("{} (check the source path; the other sources are copied)", err_text(&e))))
+            }
             Err(e) => errors.push(TransferError::file(Side::Source, s.clone(), format!("cannot read: {} (the other sources are copied)", err_text(&e)))),
             Ok(md) if md.is_dir() && !recursive => errors.push(TransferError::file(Side::Source, s.clone(), "is a directory, skipped (use -r to copy directories)")),
             Ok(_) => kept.push(s.clone()),

@@ -133,7 +133,12 @@ fn ssh_urls_pass_their_port_and_bracketed_ipv6_its_host() {
     let (ssh, log) = fake_ssh(t.path());
     let src = t.path().join("f");
     write_file(&src, 1, 10);
-    for (dst, want) in [("scp://alice@dtn.example:2222//data/x", "-p 2222 -- alice@dtn.example"), ("ssh://dtn.example:2200/x", "-p 2200 -- dtn.example"), ("alice@[::1]:x", "-- alice@::1"), ("[fe80::1]:x", "-- fe80::1")] {
+    for (dst, want) in [
+        ("scp://alice@dtn.example:2222//data/x", "-p 2222 -- alice@dtn.example"),
+        ("ssh://dtn.example:2200/x", "-p 2200 -- dtn.example"),
+        ("alice@[::1]:x", "-- alice@::1"),
+        ("[fe80::1]:x", "-- fe80::1"),
+    ] {
         let _ = fs::remove_file(&log);
         let r = tern(&["cp", "-e", &ssh, "--no-ssh-reuse", "--retry-for", "0", s(&src), dst], &[]);
         assert!(!r.ok());
