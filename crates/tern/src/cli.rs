@@ -44,8 +44,12 @@ enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print tern's man page (roff) on stdout: tern man > ~/.local/share/man/man1/tern.1
-    Man,
+    /// Print tern's man page (roff) on stdout: tern man > ~/.local/share/man/man1/tern.1;
+    /// `tern man cp` prints tern-cp(1), with every option of that command.
+    Man {
+        /// A command (cp, sync, serve, watch, ...) for its own page.
+        command: Option<String>,
+    },
     /// (internal) the far end of an ssh-mode transfer; speaks the protocol on stdin/stdout.
     #[command(name = "_remote", hide = true)]
     Remote {
@@ -290,13 +294,22 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Serve(a) => serve(a),
         Command::Completions { shell } => {
             use clap::CommandFactory;
-            clap_complete::generate(shell, &mut Cli::command(), "tern", &mut std::io::stdout());
-            Ok(ExitCode::SUCCESS)
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "tern", &mut script);
+            write_stdout(&script)
         }
-        Command::Man => {
+        Command::Man { command } => {
             use clap::CommandFactory;
-            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()).context("cannot write the man page to standard output")?;
-            Ok(ExitCode::SUCCESS)
+            let mut page = Cli::command();
+            if let Some(name) = command {
+                let Some(sub) = page.find_subcommand(&name).filter(|c| !c.is_hide_set()).cloned() else {
+                    bail!("tern man {name}: no such command; see tern --help");
+                };
+                page = sub.name(&*format!("tern-{name}").leak()).version(env!("CARGO_PKG_VERSION"));
+            }
+            let mut roff = Vec::new();
+            clap_mangen::Man::new(page).render(&mut roff)?;
+            write_stdout(&roff)
         }
         Command::Watch(a) => crate::watch_cli::run(a),
         Command::Service(c) => crate::service_cli::run(c),
@@ -307,6 +320,14 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 Ok(ExitCode::from(1))
             }
         },
+    }
+}
+
+/// Generated text on stdout; a reader that stops early (`| head`) is no error.
+fn write_stdout(bytes: &[u8]) -> Result<ExitCode> {
+    match std::io::Write::write_all(&mut std::io::stdout().lock(), bytes) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e).context("cannot write to standard output"),
+        _ => Ok(ExitCode::SUCCESS),
     }
 }
 

@@ -102,6 +102,13 @@ fn completions_and_man_page() {
     assert!(out.status.success());
     let man = String::from_utf8(out.stdout).unwrap();
     assert!(man.contains(".TH") && man.contains("tern"), "{man}");
+    let out = tern_plain(&["man", "cp"]);
+    assert!(out.status.success());
+    let man = String::from_utf8(out.stdout).unwrap();
+    assert!(man.contains(".TH tern-cp") && man.contains("archive") && man.contains("recursive"), "{man}");
+    let out = tern_plain(&["man", "nonesuch"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no such command"));
 }
 
 #[test]
