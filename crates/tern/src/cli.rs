@@ -212,7 +212,7 @@ pub(crate) struct Compat {
     pub(crate) archive: bool,
     /// rsync -P (--partial --progress): tern always resumes and shows progress on a terminal.
     #[arg(short = 'P', hide = true)]
-    partial_progress: bool,
+    pub(crate) partial_progress: bool,
     /// rsync --progress: tern shows progress whenever stderr is a terminal.
     #[arg(long, hide = true)]
     progress: bool,
@@ -287,6 +287,12 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     crate::init_logging(cli.verbose);
     match cli.command {
         Command::Cp(a) => {
+            // scp's -P PORT: here -P is rsync's (--partial --progress), and PORT a source.
+            if a.common.compat.partial_progress
+                && let Some(port) = a.paths.iter().find(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && !std::path::Path::new(p).exists())
+            {
+                bail!("-P is rsync's --partial --progress here, so '{port}' was read as a source; for scp's -P {port} write scp://[user@]host:{port}/path or -e 'ssh -p {port}'");
+            }
             let (dst, srcs) = a.paths.split_last().unwrap();
             transfer(srcs, dst, a.recursive || a.common.compat.archive, false, false, false, &a.common)
         }

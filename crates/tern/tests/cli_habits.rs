@@ -73,6 +73,20 @@ fn rsync_and_scp_flags_are_accepted() {
 }
 
 #[test]
+fn scp_dash_capital_p_port_is_explained_not_copied() {
+    let t = scratch();
+    let (ssh, log) = fake_ssh(t.path());
+    let src = t.path().join("f");
+    write_file(&src, 1, 10);
+    let r = tern(&["cp", "-e", &ssh, "-P", "2222", s(&src), "h:/x"], &[]);
+    assert_eq!(r.out.status.code(), Some(2), "{}", r.stderr());
+    let e = r.stderr();
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(e.contains("'2222'") && e.contains("scp://[user@]host:2222/path") && e.contains("ssh -p 2222"), "{e}");
+    assert!(!log.exists(), "nothing was started");
+}
+
+#[test]
 fn dash_e_and_rsh_are_the_ssh_command() {
     let t = scratch();
     let (ssh, log) = fake_ssh(t.path());
