@@ -76,6 +76,9 @@ struct CpArgs {
 struct SyncArgs {
     src: String,
     dst: String,
+    /// rsync -r: sync always walks the whole tree.
+    #[arg(short, long, hide = true)]
+    recursive: bool,
     /// Compare content hashes instead of size and mtime (reads both sides).
     #[arg(long)]
     checksum: bool,

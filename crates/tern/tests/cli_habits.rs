@@ -61,11 +61,13 @@ fn rsync_and_scp_flags_are_accepted() {
             assert!(!r.stderr().contains("-z ignored"), "-q keeps the -z note quiet: {}", r.stderr());
         }
     }
-    // rsync -avP for sync too.
-    let dst = t.path().join("synced");
-    let r = tern(&["sync", "-avP", &format!("{}/", s(&src)), s(&dst)], &[]);
-    assert!(r.ok(), "{}", r.stderr());
-    assert_same_tree(&src, &dst);
+    // rsync -avP and -rv for sync too.
+    for (i, flags) in ["-avP", "-rv"].iter().enumerate() {
+        let dst = t.path().join(format!("synced{i}"));
+        let r = tern(&["sync", flags, &format!("{}/", s(&src)), s(&dst)], &[]);
+        assert!(r.ok(), "{flags}: {}", r.stderr());
+        assert_same_tree(&src, &dst);
+    }
     // The compatibility no-ops stay out of --help; -a and -e are documented.
     let help = String::from_utf8(tern_plain(&["cp", "--help"]).stdout).unwrap();
     assert!(help.contains("--archive") && help.contains("--rsh") && help.contains("-e, --ssh"), "{help}");
