@@ -531,7 +531,8 @@ fn contents_of(s: &str) -> bool {
 /// what it writes, or each file onto itself: refused in one line, as cp does.
 fn refuse_copy_into_itself(srcs: &[String], dst: &str, contents: bool) -> Result<()> {
     let Ok(Endpoint::Local(dest)) = Endpoint::parse(dst) else { return Ok(()) };
-    let Some(dest_abs) = resolve(&dest) else { return Ok(()) };
+    // The destination is followed when it is a link (the engine writes through it).
+    let Some(dest_abs) = dest.canonicalize().ok().or_else(|| resolve(&dest)) else { return Ok(()) };
     let into_dir = srcs.len() > 1 || dest_abs.is_dir();
     for s in srcs {
         let Ok(Endpoint::Local(src)) = Endpoint::parse(s) else { return Ok(()) };

@@ -276,6 +276,12 @@ fn a_directory_is_not_copied_into_itself() {
     assert_eq!(r.out.status.code(), Some(2), "{}", r.stderr());
     assert!(r.stderr().contains("into itself, 'alias/sub/src'"), "{}", r.stderr());
     assert_eq!(snapshot(&w.join("src")), before);
+    // Into a destination that is itself a link into the source.
+    std::os::unix::fs::symlink("src/sub", w.join("sublink")).unwrap();
+    let r = tern_in(w, &["cp", "-r", "src", "sublink"]);
+    assert_eq!(r.out.status.code(), Some(2), "{}", r.stderr());
+    assert!(r.stderr().contains("into itself, 'sublink/src'"), "{}", r.stderr());
+    assert_eq!(snapshot(&w.join("src")), before);
     // Next to the source is fine, and so is a name that merely starts like it.
     let r = tern_in(w, &["cp", "-r", "src", "src-copy"]);
     assert!(r.ok(), "{}", r.stderr());
