@@ -176,7 +176,7 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
                 (Err(e), _) => Err(e),
             }
         }
-        Endpoint::Ssh { host, path } => {
+        Endpoint::Ssh { host, port, path } => {
             let reverse = if spec.ssh.reverse {
                 let l = crate::server::bind_range(spec.ssh.port_range).map_err(|e| TransferError::fatal(Side::Network, format!("--reverse: cannot listen: {e}")))?;
                 Some(l)
@@ -184,7 +184,7 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
                 None
             };
             let reverse_port = reverse.as_ref().and_then(|l| l.local_addr().ok()).map(|a| a.port());
-            let mut conn = SshConn::spawn(spec, host, &secret, reverse_port, progress)?;
+            let mut conn = SshConn::spawn(spec, host, *port, &secret, reverse_port, progress)?;
             let mut reader = CtrlReader::new(conn.stdout.take().unwrap());
             let writer = Arc::new(CtrlWriter::new(conn.stdin.take().unwrap()));
             let data_host = ssh_host_name(host);
@@ -772,7 +772,7 @@ struct SshConn {
 }
 
 impl SshConn {
-    fn spawn(spec: &ClientSpec, host: &str, secret: &[u8; 32], reverse_port: Option<u16>, progress: &Arc<Progress>) -> Result<Self, TransferError> {
+    fn spawn(spec: &ClientSpec, host: &str, port: Option<u16>, secret: &[u8; 32], reverse_port: Option<u16>, progress: &Arc<Progress>) -> Result<Self, TransferError> {
         let mut remote_args = String::new();
         if let Some(p) = reverse_port {
             remote_args.push_str(&format!(" --reverse-port {p}"));
@@ -784,7 +784,7 @@ impl SshConn {
             Some(bin) => format!("{bin} _remote{remote_args}"),
             None => crate::bootstrap::remote_command(spec.ssh.install, remote_args.trim_start()),
         };
-        let mut cmd = ssh_command(spec, host);
+        let mut cmd = ssh_command(spec, host, port);
         cmd.arg(remote_cmd).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd.spawn().map_err(|e| TransferError::fatal(Side::Network, format!("cannot run {:?}: {e} (set --ssh or TERN_SSH)", spec.ssh.command)))?;
         let stdin = child.stdin.take().unwrap();
@@ -871,12 +871,16 @@ impl Drop for SshConn {
     }
 }
 
-/// The ssh command line for `host` as the engine runs it (the user's `--ssh`, batch mode).
-pub fn ssh_command(spec: &ClientSpec, host: &str) -> Command {
+/// The ssh command line for `host` as the engine runs it (the user's `--ssh`, batch mode; an
+/// endpoint's port as `-p`, after the user's options so that it wins).
+pub fn ssh_command(spec: &ClientSpec, host: &str, port: Option<u16>) -> Command {
     let argv = if spec.ssh.command.is_empty() { vec!["ssh".to_string()] } else { spec.ssh.command.clone() };
     let mut cmd = Command::new(&argv[0]);
     // No X11 or agent forwarding, never a password prompt on our pipes; keep the user's config.
     cmd.args(&argv[1..]).args(["-x", "-a", "-oBatchMode=yes"]);
+    if let Some(p) = port {
+        cmd.arg("-p").arg(p.to_string());
+    }
     if spec.ssh.reuse {
         cmd.args(crate::sshmux::options(&argv, host));
     }

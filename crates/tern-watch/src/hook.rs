@@ -74,7 +74,11 @@ pub fn run(hook: &Hook, env: &HookEnv) -> Result<(), HookError> {
                 script.push_str(&format!("{k}={v}; export {k}; "));
             }
             script.push_str(command);
-            let mut c = tern_engine::session::ssh_command(spec, host);
+            let port = match &spec.dest {
+                Endpoint::Ssh { port, .. } => *port,
+                _ => None,
+            };
+            let mut c = tern_engine::session::ssh_command(spec, host, port);
             c.arg(script).stdin(Stdio::null());
             if let Ok(fd) = std::os::fd::AsFd::as_fd(&std::io::stderr()).try_clone_to_owned() {
                 c.stdout(Stdio::from(fd));

@@ -128,7 +128,7 @@ pub fn unit_dest(dst: &Endpoint, name: &str) -> Endpoint {
     let join = |p: &str| if p.is_empty() { name.to_string() } else { format!("{}/{name}", p.trim_end_matches('/')) };
     match dst {
         Endpoint::Local(p) => Endpoint::Local(p.join(name)),
-        Endpoint::Ssh { host, path } => Endpoint::Ssh { host: host.clone(), path: join(path) },
+        Endpoint::Ssh { host, port, path } => Endpoint::Ssh { host: host.clone(), port: *port, path: join(path) },
         Endpoint::Daemon { host, port, path } => Endpoint::Daemon { host: host.clone(), port: *port, path: join(path) },
     }
 }
@@ -270,7 +270,8 @@ pub fn run(cfg: &Config, shared: &Shared) -> Result<Report, String> {
 fn endpoint_string(e: &Endpoint) -> String {
     match e {
         Endpoint::Local(p) => p.display().to_string(),
-        Endpoint::Ssh { host, path } => format!("{host}:{path}"),
+        Endpoint::Ssh { host, port: None, path } => format!("{host}:{path}"),
+        Endpoint::Ssh { .. } => e.display(),
         Endpoint::Daemon { host, port, path } => format!("tern://{host}:{port}{path}"),
     }
 }

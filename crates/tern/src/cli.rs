@@ -28,7 +28,7 @@ pub struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Copy files and directories: SRC... DST, each a path, [user@]host:path or tern://host[:port]/path.
+    /// Copy files and directories: SRC... DST, each a path, [user@]host:path, scp://[user@]host[:port]/path or tern://host[:port]/path.
     Cp(CpArgs),
     /// Make DST a mirror of SRC's contents: skips identical files (size+mtime, or --checksum).
     Sync(SyncArgs),
@@ -39,6 +39,17 @@ enum Command {
     /// The managed service's client commands: submit, jobs, status, wait, cancel, retry, token.
     #[command(flatten)]
     Service(crate::service_cli::ServiceCommand),
+    /// Print a shell completion script: bash, zsh, fish, elvish or powershell (see README, Install).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print tern's man page (roff) on stdout: tern man > ~/.local/share/man/man1/tern.1;
+    /// `tern man cp` prints tern-cp(1), with every option of that command.
+    Man {
+        /// A command (cp, sync, serve, watch, ...) for its own page.
+        command: Option<String>,
+    },
     /// (internal) the far end of an ssh-mode transfer; speaks the protocol on stdin/stdout.
     #[command(name = "_remote", hide = true)]
     Remote {
@@ -65,6 +76,9 @@ struct CpArgs {
 struct SyncArgs {
     src: String,
     dst: String,
+    /// rsync -r: sync always walks the whole tree.
+    #[arg(short, long, hide = true)]
+    recursive: bool,
     /// Compare content hashes instead of size and mtime (reads both sides).
     #[arg(long)]
     checksum: bool,
@@ -117,8 +131,8 @@ pub(crate) struct Common {
     no_encrypt: bool,
     #[arg(long, value_enum, default_value = "stream")]
     verify: Verify,
-    /// Keep mode and mtime (the default).
-    #[arg(long, overrides_with = "no_preserve")]
+    /// Keep mode and mtime (the default; -p as in scp, cp and rsync).
+    #[arg(short = 'p', long, overrides_with = "no_preserve")]
     preserve: bool,
     /// Do not keep mode and mtime.
     #[arg(long)]
@@ -135,11 +149,12 @@ pub(crate) struct Common {
     /// service): {"progress": {"bytes", "bytes_total", "files_done", "files_total", ...}}.
     #[arg(long)]
     pub(crate) progress_json: bool,
-    /// No progress display.
+    /// No progress display, no notes.
     #[arg(short, long)]
     pub(crate) quiet: bool,
-    /// The ssh command for [user@]host: endpoints, like rsync -e.
-    #[arg(long, env = "TERN_SSH")]
+    /// The ssh command for [user@]host: endpoints, e.g. --ssh 'ssh -i KEY' (-e and --rsh as
+    /// in rsync).
+    #[arg(short = 'e', long, visible_alias = "rsh", value_name = "CMD", env = "TERN_SSH")]
     ssh: Option<String>,
     /// tern's path on the remote host.
     #[arg(long, env = "TERN_REMOTE_BIN")]
@@ -194,6 +209,30 @@ pub(crate) struct Common {
     /// --safe-links). Without it links are copied as they are, as rsync -a and cp -a do.
     #[arg(long)]
     safe_links: bool,
+    #[command(flatten)]
+    pub(crate) compat: Compat,
+}
+
+/// What scp and rsync users type by habit. tern already does what most of these ask for, so
+/// they are accepted rather than refused with a misleading tip; the pure no-ops stay out of
+/// `--help`.
+#[derive(Args, Default, Clone)]
+pub(crate) struct Compat {
+    /// Archive mode as in rsync and cp: -r, keeping mode and mtime (which tern always does).
+    #[arg(short = 'a', long)]
+    pub(crate) archive: bool,
+    /// rsync -P (--partial --progress): tern always resumes and shows progress on a terminal.
+    #[arg(short = 'P', hide = true)]
+    pub(crate) partial_progress: bool,
+    /// rsync --progress: tern shows progress whenever stderr is a terminal.
+    #[arg(long, hide = true)]
+    progress: bool,
+    /// rsync --partial: tern always keeps verified partial files and resumes them.
+    #[arg(long, hide = true)]
+    partial: bool,
+    /// rsync/scp -z: accepted and ignored with a note (tern does not compress).
+    #[arg(short = 'z', long, hide = true)]
+    pub(crate) compress: bool,
 }
 
 #[derive(Args)]
@@ -265,11 +304,36 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     crate::init_logging(cli.verbose);
     match cli.command {
         Command::Cp(a) => {
+            // scp's -P PORT: here -P is rsync's (--partial --progress), and PORT a source.
+            if a.common.compat.partial_progress
+                && let Some(port) = a.paths.iter().find(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && !std::path::Path::new(p).exists())
+            {
+                bail!("-P is rsync's --partial --progress here, so '{port}' was read as a source; for scp's -P {port} write scp://[user@]host:{port}/path or -e 'ssh -p {port}'");
+            }
             let (dst, srcs) = a.paths.split_last().unwrap();
-            transfer(srcs, dst, a.recursive, false, false, Delete::default(), &a.common)
+            transfer(srcs, dst, a.recursive || a.common.compat.archive, false, false, Delete::default(), &a.common)
         }
         Command::Sync(a) => transfer(std::slice::from_ref(&a.src), &a.dst, true, true, a.checksum, Delete { extras: a.delete, from_empty: a.delete_empty_source }, &a.common),
         Command::Serve(a) => serve(a),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "tern", &mut script);
+            write_stdout(&script)
+        }
+        Command::Man { command } => {
+            use clap::CommandFactory;
+            let mut page = Cli::command();
+            if let Some(name) = command {
+                let Some(sub) = page.find_subcommand(&name).filter(|c| !c.is_hide_set()).cloned() else {
+                    bail!("tern man {name}: no such command; see tern --help");
+                };
+                page = sub.name(&*format!("tern-{name}").leak()).version(env!("CARGO_PKG_VERSION"));
+            }
+            let mut roff = Vec::new();
+            clap_mangen::Man::new(page).render(&mut roff)?;
+            write_stdout(&roff)
+        }
         Command::Watch(a) => crate::watch_cli::run(a),
         Command::Service(c) => crate::service_cli::run(c),
         Command::Remote { port_range, reverse_port } => match tern_engine::server::serve_remote(port_range, reverse_port) {
@@ -289,9 +353,22 @@ pub(crate) struct Delete {
     from_empty: bool,
 }
 
+/// Generated text on stdout; a reader that stops early (`| head`) is no error.
+fn write_stdout(bytes: &[u8]) -> Result<ExitCode> {
+    match std::io::Write::write_all(&mut std::io::stdout().lock(), bytes) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e).context("cannot write to standard output"),
+        _ => Ok(ExitCode::SUCCESS),
+    }
+}
+
 fn transfer(srcs: &[String], dst: &str, recursive: bool, sync: bool, checksum: bool, delete: Delete, c: &Common) -> Result<ExitCode> {
-    let spec = client_spec(srcs, dst, recursive, sync, checksum, delete, c)?;
     let progress = Arc::new(Progress::default());
+    let srcs = &usable_sources(srcs, dst, recursive, c.dry_run, &progress)?;
+    refuse_copy_into_itself(srcs, dst, sync || c.files_from.is_some() || srcs.iter().any(|s| contents_of(s)))?;
+    let spec = client_spec(srcs, dst, recursive, sync, checksum, delete, c)?;
+    if c.compat.compress && !c.quiet {
+        eprintln!("tern: -z ignored: tern does not compress; data moves at network speed without it (most scientific data does not compress anyway)");
+    }
     let display = (!c.quiet && !c.json && std::io::IsTerminal::is_terminal(&std::io::stderr())).then(|| output::Display::start(progress.clone()));
     let ticker = c.progress_json.then(|| output::JsonTicker::start(progress.clone()));
     let started = Instant::now();
@@ -325,6 +402,46 @@ fn transfer(srcs: &[String], dst: &str, recursive: bool, sync: bool, checksum: b
     Ok(output::report(&progress, result, seconds, c.json, c.dry_run))
 }
 
+/// Of several local sources, those that can be copied: as cp and rsync do, a missing one (or a
+/// directory without -r) is reported as a source error, one line, and the rest are copied; the
+/// exit status is then 1. The engine refuses the whole transfer when one source is missing, so
+/// the CLI checks local sources first. Remote sources, a single source, or none usable: all are
+/// handed on and the engine reports the first bad one as before.
+fn usable_sources(srcs: &[String], dst: &str, recursive: bool, dry_run: bool, progress: &Progress) -> Result<Vec<String>> {
+    use tern_engine::error::{Side, TransferError, err_text};
+    if srcs.len() < 2 {
+        return Ok(srcs.to_vec());
+    }
+    let (mut kept, mut errors) = (Vec::new(), Vec::new());
+    for s in srcs {
+        let Ok(Endpoint::Local(path)) = Endpoint::parse(s) else { return Ok(srcs.to_vec()) };
+        match std::fs::symlink_metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                errors.push(TransferError::file(Side::Source, s.clone(), format!("{} (check the source path; the other sources are copied)", err_text(&e))))
+            }
+            Err(e) => errors.push(TransferError::file(Side::Source, s.clone(), format!("cannot read: {} (the other sources are copied)", err_text(&e)))),
+            Ok(md) if md.is_dir() && !recursive => errors.push(TransferError::file(Side::Source, s.clone(), "is a directory, skipped (use -r to copy directories)")),
+            Ok(_) => kept.push(s.clone()),
+        }
+    }
+    if errors.is_empty() || kept.is_empty() {
+        return Ok(srcs.to_vec());
+    }
+    if kept.len() == 1 {
+        // Several sources make DST a directory (created if missing); one source alone would
+        // be renamed to DST, so DST is made the directory several would have made.
+        let Ok(Endpoint::Local(dest)) = Endpoint::parse(dst) else { return Ok(srcs.to_vec()) };
+        match std::fs::metadata(&dest) {
+            Ok(md) if md.is_dir() => {}
+            Ok(_) => bail!("destination: {} is a file, but a directory is needed for several sources; choose a directory path", dest.display()),
+            Err(_) if dry_run => return Ok(srcs.to_vec()),
+            Err(_) => std::fs::create_dir(&dest).map_err(|e| anyhow::anyhow!("destination: {}: cannot create directory: {} (create its parent first)", dest.display(), err_text(&e)))?,
+        }
+    }
+    progress.errors.lock().unwrap().extend(errors);
+    Ok(kept)
+}
+
 /// `--fail-fast`: the first per-file error ends the transfer (and this process) as a failure,
 /// reported as one line naming the file. The engine's other threads and any ssh child die with
 /// the process; what landed is verified and journaled, so a re-run resumes.
@@ -350,8 +467,8 @@ fn stop_at_first_failure(p: &Progress, started: Instant, json: bool) -> ! {
 
 /// The engine's settings for a copy, as `cp` and `sync` use them and `watch` per unit.
 pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: bool, checksum: bool, delete: Delete, c: &Common) -> Result<ClientSpec> {
-    let sources = srcs.iter().map(|s| Endpoint::parse(s).map_err(anyhow::Error::msg)).collect::<Result<Vec<_>>>()?;
-    let dest = Endpoint::parse(dst).map_err(anyhow::Error::msg)?;
+    let sources = srcs.iter().map(|s| Endpoint::parse(s).map_err(|e| anyhow::anyhow!("source: {e}"))).collect::<Result<Vec<_>>>()?;
+    let dest = Endpoint::parse(dst).map_err(|e| anyhow::anyhow!("destination: {e}"))?;
     let first_host = sources[0].host_key();
     if sources.iter().any(|s| s.host_key() != first_host) {
         bail!("all sources must be on the same host (copy from each host separately)");
@@ -387,12 +504,7 @@ pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: boo
     let mut options = Options { flags: 0, chunk_size, streams, concurrency: c.concurrency.unwrap_or(0).min(1 << 20) };
     options.set_recursive(recursive);
     options.set_sync(sync);
-    // `src/.` (or `.`) copies the contents, as cp does; sync always mirrors contents.
-    let contents_of = |s: &String| {
-        let t = s.trim_end_matches('/');
-        t == "." || t.ends_with("/.") || t.ends_with(":.") || t.ends_with(':')
-    };
-    options.set_contents(sync || files_from.is_some() || srcs.iter().any(contents_of));
+    options.set_contents(sync || files_from.is_some() || srcs.iter().any(|s| contents_of(s)));
     options.set_checksum(checksum);
     options.set_delete(delete.extras);
     options.set_delete_from_empty(delete.from_empty);
@@ -430,6 +542,65 @@ pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: boo
         files_from,
     };
     Ok(spec)
+}
+
+/// `src/.` (or `.`) copies the contents, as cp does; sync always mirrors contents.
+fn contents_of(s: &str) -> bool {
+    let t = s.trim_end_matches('/');
+    t == "." || t.ends_with("/.") || t.ends_with(":.") || t.ends_with(':')
+}
+
+/// A local copy whose destination lies in (or is) one of its source directories would copy
+/// what it writes, or each file onto itself: refused in one line, as cp does.
+fn refuse_copy_into_itself(srcs: &[String], dst: &str, contents: bool) -> Result<()> {
+    let Ok(Endpoint::Local(dest)) = Endpoint::parse(dst) else { return Ok(()) };
+    // The destination is followed when it is a link (the engine writes through it).
+    let Some(dest_abs) = dest.canonicalize().ok().or_else(|| resolve(&dest)) else { return Ok(()) };
+    let into_dir = srcs.len() > 1 || dest_abs.is_dir();
+    for s in srcs {
+        let Ok(Endpoint::Local(src)) = Endpoint::parse(s) else { return Ok(()) };
+        let Ok(md) = std::fs::symlink_metadata(&src) else { continue };
+        let Some(src_abs) = resolve(&src) else { continue };
+        // Where this source lands, and how the user would write that place.
+        let name = src_abs.file_name().map(|n| n.to_os_string());
+        let (landing, shown) = match name {
+            Some(n) if into_dir && !contents => (dest_abs.join(&n), format!("{}/{}", dst.trim_end_matches('/'), n.to_string_lossy())),
+            _ => (dest_abs.clone(), dst.to_string()),
+        };
+        if landing == src_abs {
+            bail!("destination: '{s}' and '{shown}' are the same {}; choose another destination", if md.is_dir() { "directory" } else { "file" });
+        }
+        if md.is_dir() && landing.starts_with(&src_abs) {
+            bail!("destination: cannot copy a directory, '{s}', into itself, '{shown}'; choose a destination outside the source");
+        }
+    }
+    Ok(())
+}
+
+/// `p` made absolute with symlinks resolved, except its last component (a symlink is copied as
+/// a link, not followed); a path that does not exist yet resolves through its nearest existing
+/// ancestor.
+fn resolve(p: &std::path::Path) -> Option<PathBuf> {
+    use std::path::Component;
+    let abs = std::path::absolute(p).ok()?;
+    let name = match abs.components().next_back()? {
+        Component::Normal(n) => n.to_os_string(),
+        // `.`, `..`, `/`: a directory that exists (or nothing to check).
+        _ => return abs.canonicalize().ok(),
+    };
+    let mut existing = abs.parent()?.to_path_buf();
+    let mut rest = Vec::new();
+    while !existing.exists() {
+        match existing.components().next_back()? {
+            Component::Normal(n) => rest.push(n.to_os_string()),
+            _ => return None,
+        }
+        existing = existing.parent()?.to_path_buf();
+    }
+    let mut out = existing.canonicalize().ok()?;
+    out.extend(rest.iter().rev());
+    out.push(name);
+    Some(out)
 }
 
 /// `--files-from`: one path per line, relative to SRC (a leading `/` or `./` is dropped); blank
