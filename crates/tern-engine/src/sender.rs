@@ -346,7 +346,12 @@ fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: 
                 r?;
                 walk_done = true;
             }
-            Event::WalkWarning(e) => progress.error(e),
+            Event::WalkWarning(e) => {
+                // The receiver hears it too: in a pull it is the one that tells the user, and
+                // it must not --delete what the walk could not see.
+                writer.send(&Control::FileError { id: tern_proto::msg::UNANNOUNCED, side: e.side, message: e.message_with_path() })?;
+                progress.error(e);
+            }
             Event::WalkNotice(n) => progress.notice(n),
             Event::NewStream(conn) => spawn(conn),
             Event::CtrlFailed(e) => return Err(e),
@@ -732,7 +737,7 @@ fn walker(events: Sender<Event>, writer: Arc<CtrlWriter>, memory: Arc<Mutex<Send
     if let Err(e) = &r
         && e.scope == crate::error::Scope::Fatal
     {
-        let _ = writer.send(&Control::Fatal { side: e.side, message: e.to_string() });
+        let _ = writer.send(&Control::Fatal { side: e.side, message: e.message_with_path() });
     }
     let _ = events.send(Event::WalkDone(r));
 }

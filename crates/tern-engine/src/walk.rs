@@ -102,14 +102,32 @@ fn join(rel: &[u8], name: &[u8]) -> Vec<u8> {
 }
 
 /// Checks the top-level sources before anything is sent, so a typo fails fast and clearly.
+/// With several sources, as cp and rsync do, one that is missing (or a directory without -r)
+/// is only reported (by `walk`) and the rest are copied; it is fatal when nothing is left.
 pub fn check_sources(sources: &[SourceSpec], recursive: bool) -> Result<(), TransferError> {
+    let mut first_problem = None;
+    let mut usable = 0;
     for s in sources {
-        let md = fs::symlink_metadata(&s.path).map_err(|e| TransferError::io(Side::Source, s.path.display().to_string(), "cannot read", &e).into_fatal())?;
-        if md.is_dir() && !recursive {
-            return Err(TransferError::fatal(Side::Source, format!("{} is a directory (use -r to copy directories)", s.path.display())));
+        match source_problem(s, recursive) {
+            Some(e) => {
+                first_problem.get_or_insert(e);
+            }
+            None => usable += 1,
         }
     }
-    Ok(())
+    match first_problem {
+        Some(e) if sources.len() == 1 || usable == 0 => Err(e.into_fatal()),
+        _ => Ok(()),
+    }
+}
+
+/// Why a top-level source cannot be copied, if it cannot.
+fn source_problem(s: &SourceSpec, recursive: bool) -> Option<TransferError> {
+    match fs::symlink_metadata(&s.path) {
+        Err(e) => Some(TransferError::io(Side::Source, s.path.display().to_string(), "cannot read", &e)),
+        Ok(md) if md.is_dir() && !recursive => Some(TransferError::file(Side::Source, s.path.display().to_string(), "is a directory (use -r to copy directories)")),
+        Ok(_) => None,
+    }
 }
 
 /// Walks every source, calling `emit` for each entry and `warn` for entries that cannot be read
@@ -118,6 +136,10 @@ pub fn check_sources(sources: &[SourceSpec], recursive: bool) -> Result<(), Tran
 pub fn walk(sources: &[SourceSpec], recursive: bool, filter: &Filter, emit: &mut dyn FnMut(SrcFile) -> bool, warn: &mut dyn FnMut(TransferError)) -> Result<(), TransferError> {
     check_sources(sources, recursive)?;
     for s in sources {
+        if let Some(e) = source_problem(s, recursive) {
+            warn(e);
+            continue;
+        }
         let md = fs::symlink_metadata(&s.path).map_err(|e| TransferError::io(Side::Source, s.path.display().to_string(), "cannot read", &e))?;
         let Some(mut root) = describe(&s.path, &md) else {
             warn(TransferError::file(Side::Source, s.path.display().to_string(), "not a regular file, directory or symlink; skipped"));

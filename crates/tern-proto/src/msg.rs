@@ -115,6 +115,10 @@ impl Options {
     flag!(delete_from_empty, set_delete_from_empty, 13);
 }
 
+/// The file id of a `FileError` about an entry the walk could not announce (missing,
+/// unreadable, not a regular file): the receiver reports it and refuses `--delete`.
+pub const UNANNOUNCED: u64 = u64::MAX;
+
 /// Hello feature bit: this peer understands third-party sessions (`Dial`, option bit 10). A
 /// client checks it on both daemons before starting one, so an older daemon fails with a clear
 /// message instead of a protocol error or failing stream proofs.

@@ -4,6 +4,7 @@ mod common;
 use common::*;
 
 use std::fs;
+use std::process::Command;
 
 #[test]
 fn local_tree_copies_exactly() {
@@ -372,4 +373,44 @@ fn a_dry_run_pull_prints_its_plan_and_creates_nothing() {
     assert!(plan.contains(&"skip same".to_string()) && plan.contains(&"copy new/deep/f".to_string()) && plan.contains(&"delete extra".to_string()), "{plan:?}");
     assert!(!dst.join("new").exists(), "a dry run created a directory");
     assert!(dst.join("extra").exists());
+}
+
+/// Pulling several sources from a daemon, one of them missing: it is reported in one line, the
+/// others land, the run fails (cp, scp and rsync do the same).
+#[test]
+fn a_missing_remote_source_is_reported_and_the_rest_pulled() {
+    let t = scratch();
+    let root = t.path().join("root");
+    write_file(&root.join("a/f"), 1, 1000);
+    write_file(&root.join("b"), 2, 1000);
+    let d = Daemon::start(&root, &t.path().join("token"));
+    let dst = t.path().join("dst");
+    fs::create_dir(&dst).unwrap();
+    let r = tern(&["cp", "-r", &d.url("a"), &d.url("missing"), &d.url("b"), dst.to_str().unwrap(), "--token-file", &d.token_arg()], &[]);
+    assert!(!r.ok());
+    assert!(r.stderr().contains("missing") && r.stderr().contains("source"), "{}", r.stderr());
+    assert_eq!(fs::read(dst.join("a/f")).unwrap(), data(1, 1000));
+    assert_eq!(fs::read(dst.join("b")).unwrap(), data(2, 1000));
+    let r = tern(&["cp", "-r", &d.url("missing"), &d.url("gone"), dst.to_str().unwrap(), "--token-file", &d.token_arg()], &[]);
+    assert!(!r.ok());
+    assert!(!r.stderr().contains("source: source:"), "said twice: {}", r.stderr());
+}
+
+/// What a daemon's walk skips (a FIFO) reaches the pulling client: reported, counted, and no
+/// `--delete` of what the walk could not see.
+#[test]
+fn a_pull_reports_what_the_remote_walk_skipped() {
+    let t = scratch();
+    let root = t.path().join("root");
+    write_file(&root.join("src/f"), 1, 1000);
+    let fifo = root.join("src/pipe");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let d = Daemon::start(&root, &t.path().join("token"));
+    let dst = t.path().join("dst");
+    write_file(&dst.join("pipe"), 9, 10);
+    let r = tern(&["sync", "--delete", &d.url("src/"), &format!("{}/", dst.display()), "--token-file", &d.token_arg()], &[]);
+    assert!(!r.ok(), "a skipped entry was not reported");
+    assert!(r.stderr().contains("pipe") && r.stderr().contains("not a regular file"), "{}", r.stderr());
+    assert_eq!(fs::read(dst.join("f")).unwrap(), data(1, 1000));
+    assert!(dst.join("pipe").exists(), "--delete removed what the source's walk could not see");
 }
