@@ -894,9 +894,9 @@ fn prepare(ctx: &mut Ctx, id: u64) -> Result<Vec<(u64, u32)>, TransferError> {
 
 /// After every file: symlinks, directory metadata, `--delete`, the resume marker.
 fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
-    // An empty source's contents (`sync EMPTY/ DST`): nothing named the layout, but a mirror
-    // with --delete still has a destination to compare.
-    if ctx.layout.is_none() && ctx.p.options.contents() && ctx.p.options.delete() {
+    // An empty source's contents (`sync EMPTY/ DST`): nothing named the layout, but DST is
+    // still made (as rsync does) and a mirror with --delete still has something to compare.
+    if ctx.layout.is_none() && ctx.p.options.contents() {
         let root_entry = Entry { id: 0, kind: EntryKind::Dir, path: Vec::new(), size: 0, mode: 0o755, mtime_s: 0, mtime_ns: 0, target: Vec::new(), hash: None };
         init_layout(ctx, &root_entry)?;
     }

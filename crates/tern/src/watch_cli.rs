@@ -87,6 +87,16 @@ pub fn run(a: WatchArgs) -> Result<ExitCode> {
         dst = p.canonicalize()?.display().to_string();
     }
     let template = crate::cli::client_spec(std::slice::from_ref(&src_str), &dst, true, false, false, crate::cli::Delete::default(), c)?;
+    if !template.dest.is_local() {
+        // A remote DST that does not exist yet is made once, as a local one is above (each
+        // unit then lands inside it): an empty directory's contents copied to it.
+        let empty = tempfile::tempdir()?;
+        let mut make = template.clone();
+        make.sources = vec![Endpoint::Local(empty.path().join("."))];
+        make.options.set_contents(true);
+        make.files_from = None;
+        tern_engine::session::run(&make, &Arc::new(tern_engine::progress::Progress::default())).map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
     let hook = a.on_arrival.as_deref().map(|h| Hook::for_destination(&template, h));
     let state_dir = match &a.state_dir {
         Some(d) => d.clone(),

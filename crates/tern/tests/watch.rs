@@ -534,3 +534,25 @@ fn service_runs_watch_jobs() {
         assert_same_tree(&src.join(format!("snap_{i}")), &dst.join(format!("snap_{i}")));
     }
 }
+
+/// `tern watch SRC tern://host/newdir`: the destination is made once, as for a local one, and
+/// every unit lands inside it (was: every unit failed 'cannot create directory').
+#[test]
+fn a_daemon_destination_that_does_not_exist_yet_is_made() {
+    let t = scratch();
+    let (src, root, state) = (t.path().join("src"), t.path().join("root"), t.path().join("state"));
+    fs::create_dir_all(&root).unwrap();
+    for i in 0..2u64 {
+        snapshot_dir(&src.join(format!("snap_{i}")), 40 + i, 2, 10_000);
+        fs::write(src.join(format!("snap_{i}.done")), b"").unwrap();
+    }
+    fs::write(src.join("END"), b"").unwrap();
+    let token = t.path().join("token");
+    let d = Daemon::start(&root, &token);
+    let w = Watch::start(&[s(&src), &d.url("newdir"), "--token-file", s(&token), "--ready", "marker:*.done", "--until", "END", "--state-dir", s(&state)], &[]);
+    let (ok, summary, _) = w.finish(Duration::from_secs(60));
+    assert!(ok, "{summary}");
+    for i in 0..2 {
+        assert_same_tree(&src.join(format!("snap_{i}")), &root.join(format!("newdir/snap_{i}")));
+    }
+}
