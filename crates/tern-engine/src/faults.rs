@@ -13,6 +13,8 @@
 //!   kill lands mid-way).
 //! * `TERN_DEBUG_NO_HASH=1` — skip BLAKE3 (benchmark switch to measure integrity's cost; the
 //!   receiver then cannot verify, so it refuses to run unless both ends set it).
+//! * `TERN_DEBUG_NO_WRITE_BEHIND=1` — the receiver does not start writeback as chunks land
+//!   (benchmarks compare the final barrier with and without it).
 //! * `TERN_DEBUG_FEATURES=N` — advertise these Hello feature bits instead of ours (tests act
 //!   as an older peer that lacks a feature).
 
@@ -28,13 +30,23 @@ pub struct Faults {
     sent: AtomicU64,
     pub delay_ms: u64,
     pub no_hash: bool,
+    pub no_write_behind: bool,
     pub features: Option<u64>,
 }
 
 #[cfg(not(feature = "test-hooks"))]
 pub fn faults() -> &'static Faults {
-    static OFF: Faults =
-        Faults { corrupt: None, corrupt_done: AtomicBool::new(false), cut_after: None, cut_done: AtomicBool::new(false), sent: AtomicU64::new(0), delay_ms: 0, no_hash: false, features: None };
+    static OFF: Faults = Faults {
+        corrupt: None,
+        corrupt_done: AtomicBool::new(false),
+        cut_after: None,
+        cut_done: AtomicBool::new(false),
+        sent: AtomicU64::new(0),
+        delay_ms: 0,
+        no_hash: false,
+        no_write_behind: false,
+        features: None,
+    };
     &OFF
 }
 
@@ -52,6 +64,7 @@ pub fn faults() -> &'static Faults {
         sent: AtomicU64::new(0),
         delay_ms: std::env::var("TERN_FAULT_DELAY_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0),
         no_hash: std::env::var("TERN_DEBUG_NO_HASH").is_ok_and(|v| v == "1"),
+        no_write_behind: std::env::var("TERN_DEBUG_NO_WRITE_BEHIND").is_ok_and(|v| v == "1"),
         features: std::env::var("TERN_DEBUG_FEATURES").ok().and_then(|v| v.parse().ok()),
     })
 }

@@ -211,11 +211,12 @@ impl Receiving {
         let ending = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut closers = Vec::new();
         let chunk_size = p.options.chunk_size;
+        let write_behind = !p.options.fsync_none() && !crate::faults::faults().no_write_behind;
         let spawn_worker = |conn: DataConn, closers: &mut Vec<crate::transport::Closer>| {
             closers.push(conn.closer.clone());
             p.progress.streams.fetch_add(1, Relaxed);
             let (s, ev, end) = (sinks.clone(), events.clone(), ending.clone());
-            thread::spawn(move || recv_worker(conn, s, ev, chunk_size, end, resets));
+            thread::spawn(move || recv_worker(conn, s, ev, chunk_size, end, resets, write_behind));
         };
         for conn in streams {
             spawn_worker(conn, &mut closers);
@@ -1070,7 +1071,9 @@ fn remove_tree(root: &DestRoot, rel: &[u8]) -> std::io::Result<()> {
 /// One data stream: read chunk frames, verify, write. Exits at end of stream.
 /// `resets`: a record that fails authentication (or a malformed frame header) resets this stream
 /// instead of failing the session.
-fn recv_worker(mut conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_size: u32, ending: Arc<std::sync::atomic::AtomicBool>, resets: bool) {
+/// `write_behind`: start writing each chunk back to storage as soon as it lands (durable
+/// mode), so the barrier before the rename waits only for the tail, not the whole file.
+fn recv_worker(mut conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_size: u32, ending: Arc<std::sync::atomic::AtomicBool>, resets: bool, write_behind: bool) {
     let index = conn.index;
     let tag_key = conn.tag_key;
     let mut sealer = conn.sealer.take();
@@ -1170,6 +1173,12 @@ fn recv_worker(mut conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_si
         match written {
             Ok(end) => {
                 sink.written_end.fetch_max(end, Relaxed);
+                if write_behind {
+                    // Asynchronous: queues the range for writeback and returns (no wait).
+                    unsafe {
+                        libc::sync_file_range(std::os::fd::AsRawFd::as_raw_fd(file), off as i64, len as i64, libc::SYNC_FILE_RANGE_WRITE);
+                    }
+                }
             }
             Err(e) => {
                 let _ = events.send(Event::WriteFailed { id: h.file_id, error: e, what: "write failed" });
