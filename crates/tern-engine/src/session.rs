@@ -25,6 +25,7 @@ use crate::receiver::{ReceiverParams, Receiving};
 use crate::sender::{Reopen, SendMemory, SenderParams, Sending};
 use crate::server::source_spec;
 use crate::transport::{ControlHalves, Stream, random, tls_control_client, tune_socket};
+use crate::walk::SourceSpec;
 
 /// Flow-control window of the receiver: wanted-but-unfinished bytes and files.
 pub const WINDOW_BYTES: u64 = 512 << 20;
@@ -94,6 +95,21 @@ pub struct ClientSpec {
     pub filters: Vec<FilterRule>,
     /// `--files-from`: paths under the one source directory to copy instead of all of it.
     pub files_from: Option<Arc<Vec<Vec<u8>>>>,
+    /// Local source and destination paths must resolve beneath these directories at the moment
+    /// of use, as a daemon's do (fsops::Beneath): the service confines its jobs with them.
+    pub fences: Fences,
+}
+
+/// Directories a local source or destination must stay beneath (`--src-beneath`,
+/// `--dst-beneath`); none for a user's own copy.
+#[derive(Clone, Debug, Default)]
+pub struct Fences {
+    pub src: Option<PathBuf>,
+    pub dst: Option<PathBuf>,
+}
+
+fn fence(dir: &Option<PathBuf>, side: Side) -> Result<Option<Arc<crate::fsops::Beneath>>, TransferError> {
+    dir.as_ref().map(|d| crate::fsops::Beneath::open(d).map(Arc::new).map_err(|e| TransferError::io(side, d.display().to_string(), "cannot open the confining directory", &e).into_fatal())).transpose()
 }
 
 /// Runs a whole transfer. Per-file failures are in `progress.errors`; `Err` is a failure of the
@@ -162,7 +178,7 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
                 window_bytes: WINDOW_BYTES,
                 window_files: window_files_for(options.concurrency),
                 filter: compile_filter(spec)?,
-                beneath: None,
+                beneath: fence(&spec.fences.dst, Side::Destination)?,
                 allow_links_out: true,
             };
             let recv = thread::spawn(move || Receiving::new().run(CtrlReader::new(server_half.reader), Arc::new(CtrlWriter::new(server_half.writer)), theirs, params));
@@ -608,7 +624,7 @@ fn run_local_role(
             window_bytes: WINDOW_BYTES,
             window_files: window_files_for(options.concurrency),
             filter: compile_filter(spec)?,
-            beneath: None,
+            beneath: fence(&spec.fences.dst, Side::Destination)?,
             allow_links_out: true,
         };
         receiving.run(reader, writer, conns, params)
@@ -680,11 +696,12 @@ fn run_sender(
     opener: Option<Opener>,
     repair: Repairing,
 ) -> Result<Summary, TransferError> {
+    let beneath = fence(&spec.fences.src, Side::Source)?;
     let sources = spec
         .sources
         .iter()
         .map(|s| match s {
-            Endpoint::Local(p) => source_spec(p, options.contents()),
+            Endpoint::Local(p) => SourceSpec { beneath: beneath.clone(), ..source_spec(p, options.contents()) },
             _ => unreachable!("push has local sources"),
         })
         .collect();

@@ -2,11 +2,10 @@
 //! prefix, judged on what the kernel resolves (`openat2` with `RESOLVE_BENEATH`), never on the
 //! text: `alice/bobl -> ../bob` is refused for a token confined to `alice/`.
 //!
-//! Checked at submit and again when the job starts. The child `tern cp` still opens the path by
-//! name, so a link swapped in between the start check and the child's open is not caught here:
-//! a root service closes that with run-as mapping (the kernel's permissions), and the engine
-//! should take a `--beneath DIR` to open with `RESOLVE_BENEATH` itself (see
-//! docs/security-service.md).
+//! Checked at submit and again when the job starts; then the child `tern cp` is started with
+//! `--src-beneath/--dst-beneath` (`Roots::fence`), so it opens the paths beneath the same
+//! directory with `RESOLVE_BENEATH` itself and a link swapped in after the start check leads
+//! nowhere (docs/security-service.md).
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
@@ -38,6 +37,17 @@ impl Roots {
 
     fn list(&self) -> String {
         if self.roots.is_empty() { "none declared".into() } else { self.roots.iter().map(|r| r.display().to_string()).collect::<Vec<_>>().join(", ") }
+    }
+
+    /// The directory a job's child must keep `path` beneath when it opens it (`tern cp
+    /// --src-beneath/--dst-beneath`): the token's prefix, or else the root holding the path.
+    /// `check` has already said the path lies there.
+    pub fn fence(&self, path: &str, prefix: Option<&str>) -> Option<PathBuf> {
+        if let Some(pre) = prefix {
+            return Some(PathBuf::from(pre));
+        }
+        let p: PathBuf = Path::new(path).components().filter(|c| *c != Component::CurDir).collect();
+        self.roots.iter().filter(|r| p.starts_with(r)).max_by_key(|r| r.as_os_str().len()).cloned()
     }
 
     /// `what` ('src', 'options.token_file', ...) at `path` may be used by a token with `prefix`.
@@ -140,5 +150,9 @@ mod tests {
         // A prefix that is itself a link is refused, not followed.
         let al = d.join("alice/bobl");
         assert!(r.check("src", &s("alice/bobl/secret"), Some(al.to_str().unwrap())).unwrap_err().contains("not a plain directory"));
+        // What the child is kept beneath: the token's prefix, else the root holding the path.
+        assert_eq!(r.fence(&s("alice/in/x"), alice), alice.map(PathBuf::from));
+        assert_eq!(r.fence(&s("bob/secret"), None), Some(d.clone()));
+        assert_eq!(r.fence("/etc/shadow", None), None);
     }
 }

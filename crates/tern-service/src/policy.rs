@@ -13,6 +13,7 @@
 //! | who the child runs as | a root service: the token's `--run-as` account, else refused unless `--allow-root-transfers` |
 
 use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
 
 use tern_engine::endpoint::Endpoint;
 
@@ -43,6 +44,16 @@ fn no(m: impl Into<String>) -> Refusal {
 }
 
 impl Policy {
+    /// The directories a job's local source and destination must stay beneath while its child
+    /// runs (`check_job` checked them at start; the child holds to it when it opens them).
+    pub fn fences(&self, spec: &JobSpec, token: &TokenInfo) -> (Option<PathBuf>, Option<PathBuf>) {
+        let fence = |e: &str| match Endpoint::parse(e) {
+            Ok(Endpoint::Local(p)) => self.roots.fence(&p.to_string_lossy(), token.path_prefix.as_deref()),
+            _ => None,
+        };
+        (fence(&spec.src), fence(&spec.dst))
+    }
+
     /// Everything but the webhook (which resolves names: `check_notify`). Returns the account
     /// the child runs as, if it is to drop privileges.
     pub fn check_job(&self, spec: &JobSpec, token: &TokenInfo) -> Result<Option<Account>, Refusal> {

@@ -227,6 +227,7 @@ impl Runner {
             Some(t) if t.revoked_at.is_some() => Err(format!("token {} that submitted job {id} was revoked; resubmit it with a live token", t.id)),
             Some(t) => self.cfg.policy.check_job(&job.spec, t).map_err(|r| r.message),
         };
+        let fences = token.as_ref().map(|t| self.cfg.policy.fences(&job.spec, t)).unwrap_or_default();
         let who = token.as_ref().map(|t| format!("token '{}' ({})", t.name, t.id)).unwrap_or_else(|| "an unknown token".into());
         let account = match checked {
             Ok(a) => a,
@@ -243,7 +244,7 @@ impl Runner {
         // The operator's access log (shown by default, like the daemon's session lines).
         tracing::info!(target: "tern::access", "job {id} start: {who}{as_user}, attempt {}: {} -> {}", job.attempts, job.spec.src, job.spec.dst);
         let started = Instant::now();
-        let attempt = self.attempt(&job, account).await;
+        let attempt = self.attempt(&job, account, fences).await;
         let (state, error, not_before) = self.classify(&job, &attempt);
         let f = |k: &str| attempt.summary.as_ref().and_then(|s| s.get(k)).and_then(Value::as_u64).unwrap_or(0);
         tracing::info!(
@@ -308,9 +309,20 @@ impl Runner {
         (JobState::Failed, Some(why), 0)
     }
 
-    async fn attempt(&self, job: &Job, account: Option<crate::runas::Account>) -> Attempt {
+    /// `fences`: the directories the child keeps the job's local source and destination beneath
+    /// when it opens them, so a link swapped in after the start check leads nowhere.
+    async fn attempt(&self, job: &Job, account: Option<crate::runas::Account>, fences: (Option<PathBuf>, Option<PathBuf>)) -> Attempt {
+        let mut args = job.spec.child_args();
+        // Before the final `-- SRC DST`. Not for watch jobs: `tern watch` takes no such flags
+        // (its paths are checked at start).
+        if job.spec.options.watch.is_none() {
+            let at = args.len() - 3;
+            let flags = [("--src-beneath", fences.0), ("--dst-beneath", fences.1)];
+            let extra: Vec<String> = flags.into_iter().filter_map(|(f, d)| d.map(|d| [f.to_string(), d.display().to_string()])).flatten().collect();
+            args.splice(at..at, extra);
+        }
         let mut cmd = tokio::process::Command::new(&self.cfg.exe);
-        cmd.args(job.spec.child_args()).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+        cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
         if let Some(a) = &account {
             // The account's own environment: ssh finds its keys and config, not root's.
             cmd.env("HOME", &a.home).env("USER", &a.name).env("LOGNAME", &a.name).current_dir("/");

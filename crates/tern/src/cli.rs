@@ -209,6 +209,13 @@ pub(crate) struct Common {
     /// --safe-links). Without it links are copied as they are, as rsync -a and cp -a do.
     #[arg(long)]
     safe_links: bool,
+    /// Local sources must resolve beneath DIR when opened, never through a link that leaves it
+    /// (the service confines its jobs with this).
+    #[arg(long, hide = true, value_name = "DIR")]
+    src_beneath: Option<PathBuf>,
+    /// The local destination must resolve beneath DIR when used (see --src-beneath).
+    #[arg(long, hide = true, value_name = "DIR")]
+    dst_beneath: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) compat: Compat,
 }
@@ -540,6 +547,7 @@ pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: boo
         retry_for: Duration::from_secs(c.retry_for),
         filters: c.filters.rules.clone(),
         files_from,
+        fences: tern_engine::session::Fences { src: c.src_beneath.clone(), dst: c.dst_beneath.clone() },
     };
     Ok(spec)
 }

@@ -227,3 +227,31 @@ fn generated_trees_of_lookalike_names_copy_intact() {
         assert_same_tree(&src, &root.join(format!("d{seed}")));
     }
 }
+
+/// The service confines its child `tern cp` with --src-beneath/--dst-beneath: a link swapped in
+/// after the service's start check leads nowhere, for reads and for writes.
+#[test]
+fn a_confined_local_copy_never_follows_a_link_out() {
+    let t = scratch();
+    let outside = t.path().join("outside");
+    write_file(&outside.join("secret"), 9, 1000);
+    let root = t.path().join("root");
+    write_file(&root.join("mine/f"), 1, 1000);
+    symlink(&outside, root.join("swapped")).unwrap();
+    let (r_arg, src) = (root.to_str().unwrap(), root.join("mine"));
+    let ok = tern(&["cp", "-r", "--src-beneath", r_arg, "--dst-beneath", r_arg, src.to_str().unwrap(), root.join("copy").to_str().unwrap()], &[]);
+    assert!(ok.ok(), "{}", ok.stderr());
+    assert_same_tree(&src, &root.join("copy"));
+    for dst in ["swapped", "swapped/new"] {
+        let r = tern(&["cp", "-r", "--dst-beneath", r_arg, src.to_str().unwrap(), root.join(dst).to_str().unwrap()], &[]);
+        assert!(!r.ok(), "{dst}: written through the link");
+    }
+    assert_eq!(fs::read_dir(&outside).unwrap().count(), 1, "nothing written outside");
+    let out = t.path().join("out");
+    // Through the link: refused. The link itself: copied as the link it is (cp -r does the same).
+    let r = tern(&["cp", "-r", "--src-beneath", r_arg, root.join("swapped/secret").to_str().unwrap(), out.to_str().unwrap()], &[]);
+    assert!(!r.ok() && !out.exists(), "read through the link");
+    let r = tern(&["cp", "-r", "--src-beneath", r_arg, root.join("swapped").to_str().unwrap(), out.to_str().unwrap()], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_eq!(fs::read_link(&out).unwrap(), outside);
+}
