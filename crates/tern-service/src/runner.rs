@@ -313,14 +313,11 @@ impl Runner {
     /// when it opens them, so a link swapped in after the start check leads nowhere.
     async fn attempt(&self, job: &Job, account: Option<crate::runas::Account>, fences: (Option<PathBuf>, Option<PathBuf>)) -> Attempt {
         let mut args = job.spec.child_args();
-        // Before the final `-- SRC DST`. Not for watch jobs: `tern watch` takes no such flags
-        // (its paths are checked at start).
-        if job.spec.options.watch.is_none() {
-            let at = args.len() - 3;
-            let flags = [("--src-beneath", fences.0), ("--dst-beneath", fences.1)];
-            let extra: Vec<String> = flags.into_iter().filter_map(|(f, d)| d.map(|d| [f.to_string(), d.display().to_string()])).flatten().collect();
-            args.splice(at..at, extra);
-        }
+        // Before the final `-- SRC DST`; `tern cp`, `tern sync` and `tern watch` all take them.
+        let at = args.len() - 3;
+        let flags = [("--src-beneath", fences.0), ("--dst-beneath", fences.1)];
+        let extra: Vec<String> = flags.into_iter().filter_map(|(f, d)| d.map(|d| [f.to_string(), d.display().to_string()])).flatten().collect();
+        args.splice(at..at, extra);
         let mut cmd = tokio::process::Command::new(&self.cfg.exe);
         cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
         if let Some(a) = &account {

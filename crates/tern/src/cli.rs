@@ -215,7 +215,7 @@ pub(crate) struct Common {
     src_beneath: Option<PathBuf>,
     /// The local destination must resolve beneath DIR when used (see --src-beneath).
     #[arg(long, hide = true, value_name = "DIR")]
-    dst_beneath: Option<PathBuf>,
+    pub(crate) dst_beneath: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) compat: Compat,
 }

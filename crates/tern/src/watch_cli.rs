@@ -83,8 +83,15 @@ pub fn run(a: WatchArgs) -> Result<ExitCode> {
     }
     let mut dst = a.dst.clone();
     if let Endpoint::Local(p) = Endpoint::parse(&dst).map_err(anyhow::Error::msg)? {
-        std::fs::create_dir_all(&p).map_err(|e| anyhow::anyhow!("{}: cannot create the destination directory: {e}", p.display()))?;
-        dst = p.canonicalize()?.display().to_string();
+        let made = match &c.dst_beneath {
+            // A service's watch job: made beneath the job's fence, through no link that leaves it.
+            Some(fence) => tern_engine::fsops::Beneath::open(fence)
+                .and_then(|b| tern_engine::fsops::DestRoot::open(Some(&b), fence))
+                .and_then(|root| root.mkdir_all(p.strip_prefix(fence).map_err(|_| std::io::Error::from_raw_os_error(libc::EXDEV))?.as_os_str().as_encoded_bytes()))
+                .map(|_| ()),
+            None => std::fs::create_dir_all(&p).and_then(|()| p.canonicalize()).map(|real| dst = real.display().to_string()),
+        };
+        made.map_err(|e| anyhow::anyhow!("destination: {}: cannot create the destination directory: {e}", p.display()))?;
     }
     let template = crate::cli::client_spec(std::slice::from_ref(&src_str), &dst, true, false, false, crate::cli::Delete::default(), c)?;
     if !template.dest.is_local() {
@@ -95,6 +102,8 @@ pub fn run(a: WatchArgs) -> Result<ExitCode> {
         make.sources = vec![Endpoint::Local(empty.path().join("."))];
         make.options.set_contents(true);
         make.files_from = None;
+        // The empty source is ours, not beneath the job's source fence.
+        make.fences.src = None;
         tern_engine::session::run(&make, &Arc::new(tern_engine::progress::Progress::default())).map_err(|e| anyhow::anyhow!("{e}"))?;
     }
     let hook = a.on_arrival.as_deref().map(|h| Hook::for_destination(&template, h));

@@ -254,4 +254,35 @@ fn a_confined_local_copy_never_follows_a_link_out() {
     let r = tern(&["cp", "-r", "--src-beneath", r_arg, root.join("swapped").to_str().unwrap(), out.to_str().unwrap()], &[]);
     assert!(r.ok(), "{}", r.stderr());
     assert_eq!(fs::read_link(&out).unwrap(), outside);
+
+    // A fenced watch (what a service's watch job runs) makes its destination beneath the fence
+    // and ships units there; through the swapped-in link it is refused and writes nothing out.
+    let units = root.join("units");
+    write_file(&units.join("u1"), 3, 1000);
+    let watch = |dst: &str| {
+        tern(
+            &[
+                "watch",
+                "--max-units",
+                "1",
+                "--ready",
+                "stable:0.2",
+                "--state-dir",
+                t.path().join(format!("state-{}", dst.replace('/', "-"))).to_str().unwrap(),
+                "--src-beneath",
+                r_arg,
+                "--dst-beneath",
+                r_arg,
+                units.to_str().unwrap(),
+                root.join(dst).to_str().unwrap(),
+            ],
+            &[],
+        )
+    };
+    let ok = watch("wdst/new");
+    assert!(ok.ok(), "{}", ok.stderr());
+    assert_eq!(fs::read(root.join("wdst/new/u1")).unwrap(), fs::read(units.join("u1")).unwrap());
+    let r = watch("swapped/wnew");
+    assert!(!r.ok(), "watch wrote through the link");
+    assert_eq!(fs::read_dir(&outside).unwrap().count(), 1, "nothing written outside");
 }
