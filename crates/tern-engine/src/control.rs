@@ -46,13 +46,45 @@ pub fn proto_err(e: tern_proto::ProtoError) -> TransferError {
 /// Shared by the threads of one side; each message is one `write_all` under the lock.
 pub struct CtrlWriter {
     w: Mutex<Box<dyn Write + Send>>,
+    /// (real path, the client's name for it): a daemon's errors name paths as its clients see
+    /// them, never where its roots really are.
+    public_names: Vec<(String, String)>,
 }
 
 impl CtrlWriter {
     pub fn new(w: Box<dyn Write + Send>) -> Self {
-        Self { w: Mutex::new(w) }
+        Self { w: Mutex::new(w), public_names: Vec::new() }
     }
+
+    /// Errors sent through this writer show each real root as the client's name for it.
+    pub fn with_public_names(mut self, mut names: Vec<(String, String)>) -> Self {
+        // Longest first, so a root inside another is replaced as itself.
+        names.sort_by_key(|(real, _)| std::cmp::Reverse(real.len()));
+        self.public_names = names;
+        self
+    }
+
+    fn public(&self, message: &str) -> String {
+        let mut m = message.to_string();
+        for (real, shown) in &self.public_names {
+            m = m.replace(&format!("{real}/"), &format!("{shown}/")).replace(real.as_str(), if shown.is_empty() { "/" } else { shown });
+        }
+        m
+    }
+
     pub fn send(&self, msg: &Control) -> Result<(), TransferError> {
+        let renamed;
+        let msg = match msg {
+            Control::Fatal { side, message } if !self.public_names.is_empty() => {
+                renamed = Control::Fatal { side: *side, message: self.public(message) };
+                &renamed
+            }
+            Control::FileError { id, side, message } if !self.public_names.is_empty() => {
+                renamed = Control::FileError { id: *id, side: *side, message: self.public(message) };
+                &renamed
+            }
+            m => m,
+        };
         let bytes = msg.encode();
         tracing::trace!(target: "tern::control", "send type {} ({} bytes)", msg.type_byte(), bytes.len() - HEADER_LEN);
         let mut w = self.w.lock().unwrap();

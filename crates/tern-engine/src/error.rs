@@ -66,11 +66,14 @@ pub struct TransferError {
     /// The file concerned, as the user would type it (lossy for non-UTF-8 names).
     pub path: Option<String>,
     pub message: String,
+    /// The remote endpoint the side is (`host:path`, `tern://host:port/path`), set by the client
+    /// so an error from the far end names the host it happened on.
+    pub at: Option<String>,
 }
 
 impl TransferError {
     pub fn new(side: Side, scope: Scope, path: Option<String>, message: impl Into<String>) -> Self {
-        Self { side, scope, kind: ErrorKind::Other, path, message: message.into() }
+        Self { side, scope, kind: ErrorKind::Other, path, message: message.into(), at: None }
     }
     pub fn with_kind(mut self, kind: ErrorKind) -> Self {
         self.kind = kind;
@@ -115,9 +118,13 @@ fn hint(side: Side, err: &io::Error) -> &'static str {
 
 impl fmt::Display for TransferError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.side.as_str())?;
+        if let Some(at) = &self.at {
+            write!(f, " ({at})")?;
+        }
         match &self.path {
-            Some(p) => write!(f, "{}: {}: {}", self.side.as_str(), p, self.message),
-            None => write!(f, "{}: {}", self.side.as_str(), self.message),
+            Some(p) => write!(f, ": {}: {}", p, self.message),
+            None => write!(f, ": {}", self.message),
         }
     }
 }

@@ -87,7 +87,7 @@ pub fn decide(beneath: Option<&Beneath>, dest: &Path, contents: bool, multi: boo
             Some(false) => return Err(fatal(format!("{show} is a file, but a directory is needed here; choose a directory path"))),
             Some(true) => {}
             None if dry_run => {}
-            None => mkdir(beneath, dest).map_err(|e| io_fatal(dest, "cannot create directory", &e))?,
+            None => mkdir(beneath, dest).map_err(|e| mkdir_fatal(dest, &e))?,
         }
         let created_root = md.is_none() && !dry_run;
         return Ok(Layout { root: dest.to_path_buf(), mapping: Mapping::Identity, marker: None, mirror: contents, created_root });
@@ -114,11 +114,22 @@ pub fn decide(beneath: Option<&Beneath>, dest: &Path, contents: bool, multi: boo
         _ => {
             let mut marker = None;
             if !dry_run {
-                mkdir(beneath, dest).map_err(|e| io_fatal(dest, "cannot create directory", &e))?;
+                mkdir(beneath, dest).map_err(|e| mkdir_fatal(dest, &e))?;
                 marker = Some(write_marker(beneath, dest, &base).map_err(|e| io_fatal(dest, "cannot write the resume marker in", &e))?);
             }
             Ok(Layout { root: dest.to_path_buf(), mapping: Mapping::Strip { base, new_base: Vec::new() }, marker, mirror: false, created_root: !dry_run })
         }
+    }
+}
+
+/// tern makes the destination directory itself, not its parents (as cp and rsync): a missing
+/// parent is named, with the fix.
+fn mkdir_fatal(dest: &Path, e: &std::io::Error) -> TransferError {
+    match dest.parent().filter(|_| e.kind() == std::io::ErrorKind::NotFound) {
+        Some(parent) => {
+            fatal(format!("{}: cannot create directory: its parent {} does not exist (create it first, then re-run)", dest.display(), parent.display())).with_kind(crate::error::ErrorKind::NotFound)
+        }
+        None => io_fatal(dest, "cannot create directory", e),
     }
 }
 

@@ -1,8 +1,8 @@
 //! Counters shared between the engine's threads and whoever displays progress.
 //! Updated per chunk with relaxed atomics; the display reads them from its own ticker.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, OnceLock};
 
 use crate::error::TransferError;
 
@@ -33,6 +33,33 @@ pub struct Progress {
     pub notices: Mutex<Vec<String>>,
     /// Dry-run plan lines, in the order the receiver decided them.
     pub plan: Mutex<Vec<String>>,
+    /// Set while the session waits out a network failure before it resumes.
+    pub reconnecting: AtomicBool,
+    /// Sizes of the files that landed or were found identical, over all attempts.
+    pub bytes_of_finished: AtomicU64,
+    /// The counters as they stood when the current attempt started (see `whole`).
+    pub attempt_base: Mutex<AttemptBase>,
+    /// Called with each file's path, as the sender names it, once it landed verified (`-v`).
+    pub on_landed: OnceLock<OnLanded>,
+}
+
+/// Told each landed file's path.
+pub type OnLanded = Box<dyn Fn(&[u8]) + Send + Sync>;
+
+/// Where the current attempt started from, so progress reads as one transfer across reconnects.
+#[derive(Clone, Copy, Default, Debug)]
+pub struct AttemptBase {
+    pub bytes: u64,
+    pub bytes_resent: u64,
+    pub bytes_skipped: u64,
+    /// Bytes finished before this attempt that it does not announce again (pushes: the sender
+    /// remembers them; a pull's remote sender announces everything again, so 0 there).
+    pub carried: u64,
+    /// Between attempts: the whole transfer's (done, total) as the failed attempt left them.
+    pub paused: Option<(u64, u64)>,
+    /// What the last failed attempt left, shown until this attempt has a manifest of its own
+    /// (an attempt that cannot connect changes nothing).
+    pub before: (u64, u64),
 }
 
 impl Progress {
@@ -46,6 +73,55 @@ impl Progress {
         tracing::info!("{message}");
         self.notices.lock().unwrap().push(message);
     }
+    /// A file landed verified (or, on the sending side, the receiver said so).
+    pub fn landed(&self, rel: &[u8], size: u64) {
+        Self::add(&self.files_done, 1);
+        Self::add(&self.bytes_of_finished, size);
+        if let Some(f) = self.on_landed.get() {
+            f(rel);
+        }
+    }
+
+    /// A new attempt starts: what it will count comes on top of `base`.
+    pub fn start_attempt(&self, carry_finished: bool) {
+        let before = self.attempt_base.lock().unwrap().paused.unwrap_or_default();
+        let base = AttemptBase {
+            bytes: Self::get(&self.bytes),
+            bytes_resent: Self::get(&self.bytes_resent),
+            bytes_skipped: Self::get(&self.bytes_skipped),
+            carried: if carry_finished { Self::get(&self.bytes_of_finished) } else { 0 },
+            paused: None,
+            before,
+        };
+        *self.attempt_base.lock().unwrap() = base;
+        self.reconnecting.store(false, Relaxed);
+    }
+
+    /// The attempt failed and the session will reconnect: keep the whole transfer's totals
+    /// for displays until the next attempt starts, then clear this attempt's manifest.
+    pub fn pause_for_reconnect(&self) {
+        let whole = self.whole();
+        self.attempt_base.lock().unwrap().paused = Some(whole);
+        self.reconnecting.store(true, Relaxed);
+        self.bytes_total.store(0, Relaxed);
+    }
+
+    /// (done, total) bytes of the whole transfer, across reconnects: what earlier attempts
+    /// finished plus this attempt's manifest; data already at the destination counts as done.
+    pub fn whole(&self) -> (u64, u64) {
+        let base = *self.attempt_base.lock().unwrap();
+        if let Some(paused) = base.paused {
+            return paused;
+        }
+        let total = Self::get(&self.bytes_total);
+        if total == 0 {
+            return base.before;
+        }
+        let moved = Self::get(&self.bytes).saturating_sub(base.bytes).saturating_sub(Self::get(&self.bytes_resent).saturating_sub(base.bytes_resent));
+        let skipped = Self::get(&self.bytes_skipped).saturating_sub(base.bytes_skipped);
+        (base.carried + (moved + skipped).min(total), base.carried + total)
+    }
+
     pub fn error(&self, e: TransferError) {
         tracing::debug!("{e}");
         let mut errors = self.errors.lock().unwrap();
@@ -69,5 +145,41 @@ mod tests {
         }
         assert_eq!(p.errors.lock().unwrap().len(), MAX_ERRORS);
         assert_eq!(Progress::get(&p.errors_omitted), 5);
+    }
+
+    #[test]
+    fn whole_transfer_totals_survive_a_reconnect() {
+        let p = Progress::default();
+        p.start_attempt(true);
+        // Attempt 1: two files of 100, one landed, 30 of the other sent.
+        Progress::add(&p.bytes_total, 200);
+        Progress::add(&p.bytes, 130);
+        p.landed(b"a", 100);
+        assert_eq!(p.whole(), (130, 200));
+        // Reconnect: the push announces only the unfinished file; its 30 verified bytes are skipped.
+        p.pause_for_reconnect();
+        assert_eq!(p.whole(), (130, 200), "while reconnecting: as the attempt left it");
+        p.start_attempt(true);
+        assert_eq!(p.whole(), (130, 200), "a new attempt without a manifest yet");
+        // That attempt cannot connect: still as the first one left it.
+        p.pause_for_reconnect();
+        p.start_attempt(true);
+        assert_eq!(p.whole(), (130, 200));
+        Progress::add(&p.bytes_total, 100);
+        assert_eq!(p.whole(), (100, 200), "the new manifest: what landed, of what is known");
+        Progress::add(&p.bytes_skipped, 30);
+        Progress::add(&p.bytes, 20);
+        assert_eq!(p.whole(), (150, 200));
+        // A pull announces everything again: nothing carried, the landed file is skipped.
+        let q = Progress::default();
+        q.start_attempt(false);
+        Progress::add(&q.bytes_total, 200);
+        Progress::add(&q.bytes, 130);
+        q.landed(b"a", 100);
+        q.pause_for_reconnect();
+        q.start_attempt(false);
+        Progress::add(&q.bytes_total, 200);
+        Progress::add(&q.bytes_skipped, 130);
+        assert_eq!(q.whole(), (130, 200));
     }
 }

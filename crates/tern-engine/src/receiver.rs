@@ -526,7 +526,7 @@ fn mark_done(ctx: &mut Ctx, id: u64, ok: bool) {
     f.assembly = None;
     ctx.unfinished -= 1;
     if ok {
-        Progress::add(&ctx.p.progress.files_done, 1);
+        ctx.p.progress.landed(&f.entry.path, f.entry.size);
         ctx.summary.files_done += 1;
         ctx.summary.bytes_written += f.entry.size;
     } else {
@@ -720,6 +720,7 @@ fn entry(ctx: &mut Ctx, e: Entry) -> Result<(), TransferError> {
                 ctx.writer.send(&Control::Skip(vec![(id, SkipReason::Identical)]))?;
                 Progress::add(&ctx.p.progress.files_skipped, 1);
                 Progress::add(&ctx.p.progress.bytes_skipped, size);
+                Progress::add(&ctx.p.progress.bytes_of_finished, size);
                 ctx.files.remove(&id);
                 ctx.unfinished -= 1;
             } else {

@@ -121,6 +121,7 @@ fn start_attempt(progress: &Progress, streams: u16) {
         c.store(0, Relaxed);
     }
     progress.streams.store(streams as u64, Relaxed);
+    progress.start_attempt(false);
 }
 
 /// What the relay knows of each manifest entry, to turn ids into paths and sizes.
@@ -221,7 +222,7 @@ fn observe(m: &Control, book: &Mutex<Book>, progress: &Progress, memory: &Mutex<
                         Progress::add(&progress.bytes, f.1);
                     }
                     if memory.finished.insert(f.0.clone()) {
-                        Progress::add(&progress.files_done, 1);
+                        progress.landed(&f.0, f.1);
                     }
                 }
             }

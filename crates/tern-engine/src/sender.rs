@@ -454,6 +454,7 @@ fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: 
                             unfinished -= 1;
                             Progress::add(&progress.files_skipped, 1);
                             Progress::add(&progress.bytes_skipped, f.info.size);
+                            Progress::add(&progress.bytes_of_finished, f.info.size);
                             p.memory.lock().unwrap().finished.insert(f.info.rel.clone());
                             f.finish();
                         }
@@ -496,7 +497,7 @@ fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: 
                         let Some(f) = files.get_mut(id as usize) else { return Err(peer_bug("done for an unknown file")) };
                         if f.state != State::Finished {
                             unfinished -= 1;
-                            Progress::add(&progress.files_done, 1);
+                            progress.landed(&f.info.rel, f.info.size);
                             let mut mem = p.memory.lock().unwrap();
                             // Done for good: what was sent of it no longer tells a resend.
                             mem.sent.remove(&f.info.rel);

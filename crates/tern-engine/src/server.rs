@@ -94,6 +94,24 @@ impl Roots {
 }
 
 impl Roots {
+    /// Daemon mode: each root's real path (as given and canonical) and the name clients use for
+    /// it (`` for a single root, shown as `/`; `/NAME` for several).
+    pub fn public_names(&self) -> Vec<(String, String)> {
+        let Roots::Confined(roots) = self else { return Vec::new() };
+        let mut names = Vec::new();
+        // A root of `/` hides nothing.
+        for (name, real) in roots.iter().filter(|r| r.1.parent().is_some()) {
+            let shown = if roots.len() == 1 { String::new() } else { format!("/{name}") };
+            names.push((real.display().to_string(), shown.clone()));
+            if let Ok(canon) = real.canonicalize()
+                && canon != *real
+            {
+                names.push((canon.display().to_string(), shown));
+            }
+        }
+        names
+    }
+
     /// Daemon mode: the root a resolved path lies under, opened for confinement
     /// (fsops::Beneath); ssh mode: none, the user's own account has no fence.
     pub fn beneath(&self, path: &Path) -> std::io::Result<Option<crate::fsops::Beneath>> {
@@ -156,7 +174,7 @@ pub fn serve_session(
     let closer = halves.closer.clone();
     let _close = Defer(move || closer.close());
     let mut reader = CtrlReader::new(halves.reader);
-    let writer = Arc::new(CtrlWriter::new(halves.writer));
+    let writer = Arc::new(CtrlWriter::new(halves.writer).with_public_names(roots.public_names()));
     let (key, client_features) = crate::handshake::server(&mut reader, &writer, &secret_key, &exporter, announce.then_some(data_addr.as_bytes()))?;
     let refuse = |m: String| {
         let _ = writer.send(&Control::Fatal { side: Side::Network, message: m.clone() });

@@ -115,12 +115,35 @@ fn fence(dir: &Option<PathBuf>, side: Side) -> Result<Option<Arc<crate::fsops::B
 /// Runs a whole transfer. Per-file failures are in `progress.errors`; `Err` is a failure of the
 /// transfer as a whole.
 pub fn run(spec: &ClientSpec, progress: &Arc<Progress>) -> Result<Summary, TransferError> {
+    let result = run_attempts(spec, progress);
+    // Errors from the far end name the host they happened on.
+    let remote_at = |side: Side| -> Option<String> {
+        match side {
+            Side::Destination => Some(&spec.dest).filter(|e| !e.is_local()).map(Endpoint::display),
+            Side::Source => spec.sources.iter().find(|e| !e.is_local()).map(Endpoint::display),
+            Side::Network => None,
+        }
+    };
+    for e in progress.errors.lock().unwrap().iter_mut() {
+        e.at = e.at.take().or_else(|| remote_at(e.side));
+    }
+    result.map_err(|mut e| {
+        e.at = e.at.take().or_else(|| remote_at(e.side));
+        e
+    })
+}
+
+fn run_attempts(spec: &ClientSpec, progress: &Arc<Progress>) -> Result<Summary, TransferError> {
     let memory = Arc::new(Mutex::new(SendMemory::default()));
     let rate = spec.bwlimit.map(|r| Arc::new(RateLimit::new(r)));
     let started = Instant::now();
     let mut backoff = Duration::from_millis(500);
     let mut tries = 0;
+    // A push's sender remembers what landed and does not announce it again; a pull's remote
+    // sender (and a relay's) announces everything on each attempt.
+    let carry_finished = spec.sources.iter().all(Endpoint::is_local);
     loop {
+        progress.start_attempt(carry_finished);
         let attempt = attempt(spec, progress, &memory, &rate);
         tries += 1;
         // A peer that was never reached gets three tries, not the whole budget: a typo in the
@@ -138,7 +161,7 @@ pub fn run(spec: &ClientSpec, progress: &Arc<Progress>) -> Result<Summary, Trans
                 progress.streams.store(0, Relaxed);
                 // The next attempt announces only what is not finished yet.
                 progress.files_total.store(Progress::get(&progress.files_done) + Progress::get(&progress.files_skipped), Relaxed);
-                progress.bytes_total.store(0, Relaxed);
+                progress.pause_for_reconnect();
                 thread::sleep(backoff);
                 backoff = (backoff * 2).min(Duration::from_secs(8));
             }

@@ -66,7 +66,7 @@ function fmtBytes(n) {
   return (i === 0 ? String(Math.round(n)) : n.toFixed(n < 10 ? 2 : n < 100 ? 1 : 0)) + ' ' + u[i];
 }
 const fmtRate = (bps) => (Number.isFinite(bps) && bps > 0 ? fmtBytes(bps) + '/s' : '–');
-const fmtGbit = (bps) => (bps > 0 ? (bps * 8 / 1e9).toFixed(bps * 8 < 1e9 ? 3 : 2) + ' Gbit/s' : '');
+const fmtGbit = (bps) => (bps > 0 ? (bps * 8 / 1e9).toFixed(bps * 8 < 1e9 ? 3 : 2) + ' Gb/s' : '');
 
 function fmtDuration(s) {
   if (!Number.isFinite(s) || s < 0) return '–';

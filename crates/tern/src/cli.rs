@@ -307,8 +307,12 @@ impl Cli {
     }
 }
 
+/// `-v`: transfers list each file as it lands, as rsync -v does.
+static VERBOSE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
 pub fn run(cli: Cli) -> Result<ExitCode> {
     crate::init_logging(cli.verbose);
+    VERBOSE.store(cli.verbose, std::sync::atomic::Ordering::Relaxed);
     match cli.command {
         Command::Cp(a) => {
             // scp's -P PORT: here -P is rsync's (--partial --progress), and PORT a source.
@@ -377,6 +381,9 @@ fn transfer(srcs: &[String], dst: &str, recursive: bool, sync: bool, checksum: b
         eprintln!("tern: -z ignored: tern does not compress; data moves at network speed without it (most scientific data does not compress anyway)");
     }
     let display = (!c.quiet && !c.json && std::io::IsTerminal::is_terminal(&std::io::stderr())).then(|| output::Display::start(progress.clone()));
+    if VERBOSE.load(std::sync::atomic::Ordering::Relaxed) > 0 && !c.quiet {
+        list_files_as_they_land(&progress, display.as_ref().map(output::Display::bar), c.json || c.progress_json);
+    }
     let ticker = c.progress_json.then(|| output::JsonTicker::start(progress.clone()));
     let started = Instant::now();
     if c.fail_fast {
@@ -406,7 +413,23 @@ fn transfer(srcs: &[String], dst: &str, recursive: bool, sync: bool, checksum: b
             eprintln!("tern: {n}");
         }
     }
-    Ok(output::report(&progress, result, seconds, c.json, c.dry_run))
+    Ok(output::report(&progress, result, seconds, c.json, c.dry_run, c.quiet))
+}
+
+/// rsync -v's file list: each file's path as it lands, on stdout (on stderr when stdout carries
+/// JSON), above the live display.
+fn list_files_as_they_land(progress: &Progress, bar: Option<indicatif::ProgressBar>, stdout_is_json: bool) {
+    let _ = progress.on_landed.set(Box::new(move |rel: &[u8]| {
+        let line = String::from_utf8_lossy(rel);
+        let print = || {
+            use std::io::Write;
+            let _ = if stdout_is_json { writeln!(std::io::stderr().lock(), "{line}") } else { writeln!(std::io::stdout().lock(), "{line}") };
+        };
+        match &bar {
+            Some(b) => b.suspend(print),
+            None => print(),
+        }
+    }));
 }
 
 /// Of several local sources, those that can be copied: as cp and rsync do, a missing one (or a
@@ -467,7 +490,7 @@ fn stop_at_first_failure(p: &Progress, started: Instant, json: bool) -> ! {
     }
     let mut first = std::mem::take(&mut *p.errors.lock().unwrap()).swap_remove(0);
     first.message = format!("{}; stopped at the first failure (--fail-fast)", first.message);
-    let _ = output::report(p, Err(first), started.elapsed().as_secs_f64(), json, false);
+    let _ = output::report(p, Err(first), started.elapsed().as_secs_f64(), json, false, false);
     let _ = std::io::Write::flush(&mut std::io::stdout());
     std::process::exit(1);
 }

@@ -13,9 +13,86 @@ use tern_engine::error::TransferError;
 use tern_engine::progress::Progress;
 use tern_proto::msg::Summary;
 
+/// Decimal units everywhere (live display, summary, `tern status`, dashboard): sizes in kB, MB,
+/// GB, TB as disks and networks are sold, rates in MB/s with Gb/s beside them where a network
+/// rate is the question.
+pub mod units {
+    pub fn size(bytes: u64) -> String {
+        let b = bytes as f64;
+        match b {
+            b if b >= 1e12 => format!("{:.2} TB", b / 1e12),
+            b if b >= 1e9 => format!("{:.2} GB", b / 1e9),
+            b if b >= 1e6 => format!("{:.1} MB", b / 1e6),
+            b if b >= 1e3 => format!("{:.1} kB", b / 1e3),
+            _ => format!("{bytes} B"),
+        }
+    }
+
+    pub fn rate(bytes_per_s: f64) -> String {
+        format!("{}/s", size(bytes_per_s.max(0.0) as u64))
+    }
+
+    pub fn bits(bytes_per_s: f64) -> String {
+        format!("{:.2} Gb/s", bytes_per_s.max(0.0) * 8.0 / 1e9)
+    }
+
+    pub fn duration(secs: f64) -> String {
+        let s = secs.max(0.0).round() as u64;
+        match s {
+            s if s >= 3600 => format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60),
+            s => format!("{}:{:02}", s / 60, s % 60),
+        }
+    }
+}
+
+/// The rate of bytes that crossed the network (resends excluded, data already at the
+/// destination excluded) over the last few seconds, so a resume or an outage does not show as
+/// a burst or a stale rate.
+struct RateWindow {
+    samples: std::collections::VecDeque<(std::time::Instant, u64)>,
+    span: Duration,
+}
+
+impl RateWindow {
+    fn new(span: Duration) -> Self {
+        Self { samples: Default::default(), span }
+    }
+
+    fn sample(&mut self, p: &Progress) -> f64 {
+        let now = std::time::Instant::now();
+        let moved = Progress::get(&p.bytes).saturating_sub(Progress::get(&p.bytes_resent));
+        self.samples.push_back((now, moved));
+        while self.samples.len() > 2 && now.duration_since(self.samples[0].0) > self.span {
+            self.samples.pop_front();
+        }
+        let (t0, b0) = self.samples[0];
+        let dt = now.duration_since(t0).as_secs_f64();
+        if dt < 0.5 { 0.0 } else { moved.saturating_sub(b0) as f64 / dt }
+    }
+}
+
+/// What a display shows at one moment, the same for the terminal and `--progress-json`.
+struct Snapshot {
+    done: u64,
+    total: u64,
+    rate: f64,
+    eta: Option<f64>,
+    reconnecting: bool,
+}
+
+fn snapshot(p: &Progress, window: &mut RateWindow) -> Snapshot {
+    let rate = window.sample(p);
+    let reconnecting = p.reconnecting.load(Ordering::Relaxed);
+    let (done, total) = p.whole();
+    let total = total.max(done);
+    let eta = (rate > 0.0 && !reconnecting).then(|| total.saturating_sub(done) as f64 / rate);
+    Snapshot { done, total, rate, eta, reconnecting }
+}
+
 pub struct Display {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<()>,
+    bar: ProgressBar,
 }
 
 impl Display {
@@ -23,21 +100,33 @@ impl Display {
     pub fn start(p: Arc<Progress>) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
+        let bar = ProgressBar::new(0);
+        bar.set_style(ProgressStyle::with_template("{spinner} {prefix:>21} {wide_bar} {msg}").unwrap().progress_chars("=> "));
+        let b = bar.clone();
         let thread = std::thread::spawn(move || {
-            let bar = ProgressBar::new(0);
-            bar.set_style(ProgressStyle::with_template("{spinner} {bytes:>10}/{total_bytes:<10} {wide_bar} {binary_bytes_per_sec:>12} ETA {eta:>4} {msg}").unwrap().progress_chars("=> "));
+            let mut window = RateWindow::new(Duration::from_secs(5));
             while !s.load(Ordering::Relaxed) {
-                let total = Progress::get(&p.bytes_total);
-                let done = (Progress::get(&p.bytes) - Progress::get(&p.bytes_resent)).min(total) + Progress::get(&p.bytes_skipped);
-                bar.set_length(total.max(done));
-                bar.set_position(done);
+                let now = snapshot(&p, &mut window);
+                b.set_length(now.total);
+                b.set_position(now.done);
+                b.set_prefix(format!("{}/{}", units::size(now.done), units::size(now.total)));
                 let files = Progress::get(&p.files_done) + Progress::get(&p.files_skipped);
-                bar.set_message(format!("{files}/{} files, {} streams", Progress::get(&p.files_total), Progress::get(&p.streams)));
+                let state = if now.reconnecting {
+                    format!("reconnecting (network failure {}), will resume", Progress::get(&p.reconnects))
+                } else {
+                    let eta = now.eta.map(units::duration).unwrap_or_else(|| "-".into());
+                    format!("{:>10} ETA {eta:>5}  {files}/{} files, {} streams", units::rate(now.rate), Progress::get(&p.files_total), Progress::get(&p.streams))
+                };
+                b.set_message(state);
                 std::thread::sleep(Duration::from_millis(100));
             }
-            bar.finish_and_clear();
+            b.finish_and_clear();
         });
-        Self { stop, thread }
+        Self { stop, thread, bar }
+    }
+
+    pub fn bar(&self) -> ProgressBar {
+        self.bar.clone()
     }
 
     pub fn finish(self) {
@@ -46,7 +135,8 @@ impl Display {
     }
 }
 
-/// One JSON line per second on stdout with the counters, for a supervising process.
+/// One JSON line per second on stdout with the counters, for a supervising process:
+/// `{"type": "progress", "progress": {...}}`; the final `--json` object has `"type": "summary"`.
 pub struct JsonTicker {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<()>,
@@ -58,12 +148,19 @@ impl JsonTicker {
         let s = stop.clone();
         let thread = std::thread::spawn(move || {
             let started = std::time::Instant::now();
+            let mut window = RateWindow::new(Duration::from_secs(5));
             while !s.load(Ordering::Relaxed) {
-                let line = json!({ "progress": {
+                let now = snapshot(&p, &mut window);
+                let line = json!({ "type": "progress", "progress": {
                     "seconds": started.elapsed().as_secs_f64(),
+                    "state": if now.reconnecting { "reconnecting" } else { "running" },
                     "bytes": Progress::get(&p.bytes),
                     "bytes_skipped": Progress::get(&p.bytes_skipped),
                     "bytes_total": Progress::get(&p.bytes_total),
+                    "bytes_done_overall": now.done,
+                    "bytes_total_overall": now.total,
+                    "rate_bytes_per_s": now.rate.round(),
+                    "eta_s": now.eta.map(|e| e.round()),
                     "files_done": Progress::get(&p.files_done),
                     "files_skipped": Progress::get(&p.files_skipped),
                     "files_failed": Progress::get(&p.files_failed),
@@ -90,11 +187,11 @@ impl JsonTicker {
 }
 
 fn error_json(e: &TransferError) -> serde_json::Value {
-    json!({ "path": e.path, "side": e.side.as_str(), "kind": e.kind.as_str(), "message": e.message })
+    json!({ "path": e.path, "side": e.side.as_str(), "at": e.at, "kind": e.kind.as_str(), "message": e.message })
 }
 
 /// Prints the outcome and picks the exit status: 0 only if every file landed verified.
-pub fn report(p: &Progress, result: Result<Summary, TransferError>, seconds: f64, as_json: bool, dry_run: bool) -> ExitCode {
+pub fn report(p: &Progress, result: Result<Summary, TransferError>, seconds: f64, as_json: bool, dry_run: bool, quiet: bool) -> ExitCode {
     let errors = p.errors.lock().unwrap().clone();
     let ok = result.is_ok() && errors.is_empty() && Progress::get(&p.files_failed) == 0;
     let bytes = Progress::get(&p.bytes);
@@ -122,6 +219,7 @@ pub fn report(p: &Progress, result: Result<Summary, TransferError>, seconds: f64
             all.push(error_json(e));
         }
         let v = json!({
+            "type": "summary",
             "ok": ok,
             "files": Progress::get(&p.files_done),
             "files_skipped": Progress::get(&p.files_skipped),
@@ -144,17 +242,18 @@ pub fn report(p: &Progress, result: Result<Summary, TransferError>, seconds: f64
                 println!("{line}");
             }
         }
-        if std::io::IsTerminal::is_terminal(&std::io::stderr()) && !dry_run {
+        if std::io::IsTerminal::is_terminal(&std::io::stderr()) && !dry_run && !(quiet && ok) {
             let rate = bytes as f64 / seconds.max(1e-9);
             let not_landed = if failed > 0 { format!(", {failed} did not (see above)") } else { String::new() };
             eprintln!(
-                "{} {} files copied{not_landed} ({} skipped), {:.2} GB in {:.1} s, {:.2} Gb/s",
+                "{} {} files copied{not_landed} ({} skipped), {} in {:.1} s, {} ({})",
                 if ok { "done:" } else { "FAILED:" },
                 Progress::get(&p.files_done),
                 Progress::get(&p.files_skipped),
-                bytes as f64 / 1e9,
+                units::size(bytes),
                 seconds,
-                rate * 8.0 / 1e9
+                units::rate(rate),
+                units::bits(rate)
             );
         }
     }

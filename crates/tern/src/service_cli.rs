@@ -373,14 +373,9 @@ fn percent(j: &Value) -> String {
     }
 }
 
-/// Decimal units, as network rates are quoted.
+/// The units every tern display uses (`output::units`).
 fn gb(b: f64) -> String {
-    match b {
-        b if b >= 1e9 => format!("{:.2} GB", b / 1e9),
-        b if b >= 1e6 => format!("{:.1} MB", b / 1e6),
-        b if b >= 1e3 => format!("{:.1} kB", b / 1e3),
-        b => format!("{b:.0} B"),
-    }
+    crate::output::units::size(b.max(0.0) as u64)
 }
 
 fn print_status(j: &Value) {
@@ -395,7 +390,8 @@ fn print_status(j: &Value) {
         let f = |k: &str| p[k].as_f64().unwrap_or(0.0);
         let rate = j["rate_bytes_per_s"].as_f64().unwrap_or(0.0);
         let eta = j["eta_s"].as_f64().map(|e| format!(", ETA {e:.0} s")).unwrap_or_default();
-        println!("  {} of {} ({}), {:.1} MB/s{eta}", gb(f("bytes") + f("bytes_skipped")), gb(f("bytes_total")), percent(j), rate / 1e6);
+        let rate = format!("{} ({})", crate::output::units::rate(rate), crate::output::units::bits(rate));
+        println!("  {} of {} ({}), {rate}{eta}", gb(f("bytes") + f("bytes_skipped")), gb(f("bytes_total")), percent(j));
         println!("  files: {} done, {} skipped, {} failed of {}", f("files_done"), f("files_skipped"), f("files_failed"), f("files_total"));
     }
     if sum.is_object() {
@@ -428,12 +424,14 @@ fn wait(id: u64, timeout: Option<u64>, conn: &Conn) -> Result<ExitCode> {
     let client = conn.client()?;
     let deadline = timeout.map(|t| Instant::now() + Duration::from_secs(t));
     let mut failures = 0u32;
+    let mut last = Value::Null;
     loop {
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()).as_secs()).unwrap_or(30).min(30);
         match client.call("GET", &format!("/v1/jobs/{id}/wait?timeout_s={left}"), None) {
             Ok(j) => {
                 failures = 0;
                 let state = s(&j["state"]);
+                last = j.clone();
                 if matches!(state.as_str(), "succeeded" | "failed" | "canceled") {
                     if conn.json {
                         println!("{j}")
@@ -454,6 +452,12 @@ fn wait(id: u64, timeout: Option<u64>, conn: &Conn) -> Result<ExitCode> {
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             eprintln!("tern wait: job {id} still not finished after --timeout");
+            if conn.json {
+                // A script still gets one object: the job as it stands, and why wait ended.
+                let mut j = if last.is_object() { last } else { json!({ "id": id }) };
+                j["wait_timed_out"] = json!(true);
+                println!("{j}");
+            }
             return Ok(ExitCode::from(4));
         }
     }

@@ -178,12 +178,12 @@ pub fn run(a: WatchArgs) -> Result<ExitCode> {
         );
     } else if !c.quiet {
         eprintln!(
-            "{} {} units ({} failed, {} hooks failed), {:.2} GB in {:.1} s, lag {:.1} s, ended by {}",
+            "{} {} units ({} failed, {} hooks failed), {} in {:.1} s, lag {:.1} s, ended by {}",
             if ok { "done:" } else { "FAILED:" },
             f.units_done,
             f.units_failed,
             f.hooks_failed,
-            t.bytes as f64 / 1e9,
+            crate::output::units::size(t.bytes),
             seconds,
             f.lag_seconds,
             report.ended

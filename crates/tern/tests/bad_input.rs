@@ -175,6 +175,26 @@ fn wrong_token() {
     assert!(!root.join("f").exists());
 }
 
+/// An error on a daemon names the endpoint as the client wrote it (host, port, path), never
+/// where the daemon's root really is, and says what to do.
+#[test]
+fn daemon_errors_name_the_endpoint_not_the_daemons_real_paths() {
+    let t = scratch();
+    let root = t.path().join("secret-root-location");
+    fs::create_dir(&root).unwrap();
+    let d = Daemon::start(&root, &t.path().join("token"));
+    write_file(&t.path().join("src/f"), 1, 10);
+    let url = d.url("/no/such/parent");
+    let r = tern(&["cp", "-r", t.path().join("src").to_str().unwrap(), &url, "--token-file", &d.token_arg()], &[]);
+    assert!(!r.ok());
+    let e = r.stderr();
+    assert!(e.contains(&format!("destination ({url})")) && e.contains("/no/such") && e.contains("create it first"), "{e}");
+    assert!(!e.contains("secret-root-location"), "the daemon's real path leaked: {e}");
+    let errors = r.json["errors"].as_array().unwrap();
+    assert_eq!(errors[0]["at"].as_str(), Some(url.as_str()), "{}", r.json);
+    assert!(!root.join("no").exists());
+}
+
 #[test]
 fn daemon_survives_garbage_and_oversized_frames() {
     let t = scratch();

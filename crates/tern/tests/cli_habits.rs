@@ -74,6 +74,30 @@ fn rsync_and_scp_flags_are_accepted() {
     assert!(!help.contains("--partial") && !help.contains("--compress") && !help.contains("  --progress "), "{help}");
 }
 
+/// rsync -v lists each file it sends; so does tern (on stdout, or on stderr beside --json), and
+/// -q prints nothing at all when everything landed.
+#[test]
+fn verbose_lists_files_and_quiet_prints_nothing() {
+    let t = scratch();
+    let src = t.path().join("src");
+    small_tree(&src);
+    let out = tern_plain(&["cp", "-av", s(&src), s(&t.path().join("d1"))]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut listed: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect();
+    listed.sort();
+    assert_eq!(listed, ["src/a.dat", "src/sub/b.dat", "src/sub/deeper/c.dat"]);
+    // Identical files are not sent, so not listed (rsync -v the same).
+    let out = tern_plain(&["sync", "-v", s(&src), s(&t.path().join("d1"))]);
+    assert!(out.status.success() && out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+    let out = tern_plain(&["cp", "-rv", "--json", s(&src), s(&t.path().join("d2"))]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout stays one JSON object with -v");
+    assert_eq!((v["type"].as_str(), v["files"].as_u64()), (Some("summary"), Some(3)));
+    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().filter(|l| l.starts_with("src/")).count(), 3);
+    let out = tern_plain(&["cp", "-rq", s(&src), s(&t.path().join("d3"))]);
+    assert!(out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(), "{out:?}");
+    assert_same_tree(&src, &t.path().join("d3"));
+}
+
 #[test]
 fn scp_dash_capital_p_port_is_explained_not_copied() {
     let t = scratch();

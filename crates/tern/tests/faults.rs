@@ -325,3 +325,49 @@ fn a_leftover_partial_of_an_older_version_restarts_the_file_once() {
     assert_eq!(fs::read(&src).unwrap(), fs::read(root.join("big.bin")).unwrap());
     assert_no_leftovers(&root);
 }
+
+/// During an outage the progress a supervisor (or the live display) sees keeps the transfer's
+/// totals and says "reconnecting", and the rate after the resume counts only what crossed the
+/// network (issue 12).
+#[test]
+fn progress_during_an_outage_keeps_the_totals_and_says_reconnecting() {
+    let t = scratch();
+    let src = big_source(t.path(), 64);
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let token = t.path().join("token");
+    let port = free_port();
+    let mut d = Daemon::start_on(&root, &token, port, &[]);
+    let url = d.url("/big.bin");
+    let client = spawn_tern(
+        &["cp", src.to_str().unwrap(), &url, "--token-file", token.to_str().unwrap(), "--chunk-size", "1M", "--streams", "2", "--retry-for", "60", "--progress-json"],
+        &[("TERN_FAULT_DELAY_MS", "15")],
+    );
+    let journal = journal_path(&root, "big.bin");
+    wait_for("some verified chunks", Duration::from_secs(30), || journal_records(&journal) >= 10);
+    d.kill9();
+    std::thread::sleep(Duration::from_millis(3500));
+    let _d2 = Daemon::start_on(&root, &token, port, &[]);
+    let out = client.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let (progress, summary): (Vec<_>, Vec<_>) = lines.iter().partition(|v| v["type"] == "progress");
+    assert_eq!(summary.len(), 1, "one summary object");
+    assert_eq!(summary[0]["type"], "summary");
+    let total = 64 * MIB;
+    let outage: Vec<_> = progress.iter().filter(|v| v["progress"]["state"] == "reconnecting").collect();
+    assert!(!outage.is_empty(), "no progress line said reconnecting during a 3.5 s outage");
+    for v in &outage {
+        let p = &v["progress"];
+        assert_eq!(p["bytes_total_overall"].as_u64(), Some(total), "totals kept during the outage: {p}");
+        assert!(p["bytes_done_overall"].as_u64().unwrap() >= 10 * MIB, "done kept during the outage: {p}");
+        assert!(p["eta_s"].is_null(), "no ETA while reconnecting: {p}");
+    }
+    // Every line has a rate; no line after the resume claims the resumed (skipped) bytes as rate.
+    for v in &progress {
+        let rate = v["progress"]["rate_bytes_per_s"].as_f64().expect("rate");
+        assert!(rate < 2.0e9, "rate {rate} counts bytes that never crossed the network");
+        assert!(v["progress"]["bytes_done_overall"].as_u64().unwrap() <= total);
+    }
+    assert_eq!(fs::read(&src).unwrap(), fs::read(root.join("big.bin")).unwrap());
+}

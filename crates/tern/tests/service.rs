@@ -482,6 +482,11 @@ fn service_retries_network_failures_with_backoff_and_keeps_permanent_reasons() {
     // Transient: nothing listens on that port. Retried once after the backoff, then failed.
     let closed = format!("tern://127.0.0.1:{}/x", free_port());
     let net = submit(&s, &admin, &[t.path().to_str().unwrap(), &closed, "--retry-for", "1", "--token-file", s.daemon_token.to_str().unwrap()]);
+    // A script waiting with --json still gets the job as it stands when --timeout ends the wait.
+    let (code, out, _) = s.cli(&admin, &["wait", "--timeout", "1", "--json", &net.to_string()]);
+    assert_eq!(code, 4, "--timeout exits 4: {out}");
+    let j: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("wait --json on timeout printed no JSON ({e}): {out:?}"));
+    assert_eq!((j["id"].as_u64(), &j["wait_timed_out"]), (Some(net), &json!(true)), "{j}");
     let (code, out, _) = s.cli(&admin, &["wait", &missing.to_string()]);
     assert_eq!(code, 1, "wait exits 1 for a failed job");
     assert!(out.contains("source") && out.contains("check the source path"), "the reason is shown: {out}");
