@@ -41,6 +41,9 @@ pub struct Progress {
     pub attempt_base: Mutex<AttemptBase>,
     /// Called with each file's path, as the sender names it, once it landed verified (`-v`).
     pub on_landed: OnceLock<OnLanded>,
+    /// Pulls: the paths that landed in this run, so a later attempt (whose remote sender
+    /// announces everything again) does not count them a second time as found identical.
+    pub landed_paths: Mutex<Option<std::collections::HashSet<Vec<u8>>>>,
 }
 
 /// Told each landed file's path.
@@ -75,11 +78,26 @@ impl Progress {
     }
     /// A file landed verified (or, on the sending side, the receiver said so).
     pub fn landed(&self, rel: &[u8], size: u64) {
+        if let Some(set) = self.landed_paths.lock().unwrap().as_mut()
+            && !set.insert(rel.to_vec())
+        {
+            return; // landed again in a later attempt (changed at the source meanwhile)
+        }
         Self::add(&self.files_done, 1);
         Self::add(&self.bytes_of_finished, size);
         if let Some(f) = self.on_landed.get() {
             f(rel);
         }
+    }
+
+    /// Remember which paths land (see `landed_paths`).
+    pub fn track_landed_paths(&self) {
+        self.landed_paths.lock().unwrap().get_or_insert_with(Default::default);
+    }
+
+    /// Whether `rel` landed in an earlier attempt of this run (only when tracked).
+    pub fn landed_before(&self, rel: &[u8]) -> bool {
+        self.landed_paths.lock().unwrap().as_ref().is_some_and(|s| s.contains(rel))
     }
 
     /// A new attempt starts: what it will count comes on top of `base`.

@@ -257,10 +257,15 @@ impl Receiving {
             repair: Repair { resets, reopen, events: events.clone(), next_index: crate::sender::REPLACEMENT_INDEX, corrupted: 0, verified_bytes: 0 },
         };
         let result = main_loop(&mut ctx, &rx, &mut |conn| spawn_worker(conn, &mut closers));
+        let renamed_late = std::cell::RefCell::new(Vec::new());
         let result = result.map_err(|e| {
             crate::control::prefer_peer_fatal(e, &rx, |ev| match ev {
                 Event::Ctrl(Control::Fatal { side, message }) => crate::control::Said::Fatal(TransferError::fatal(side, message)),
                 Event::CtrlFailed(_) => crate::control::Said::Gone,
+                Event::Finalized { id } => {
+                    renamed_late.borrow_mut().push(id);
+                    crate::control::Said::Other
+                }
                 _ => crate::control::Said::Other,
             })
         });
@@ -273,8 +278,20 @@ impl Receiving {
         for c in &closers {
             c.close();
         }
-        drop(ctx);
-        let _ = finalizer.join();
+        if result.is_err() {
+            // Files the finalizer renamed into place after the session failed did land
+            // (verified, durable): count them, so a resumed run does not call them skipped.
+            ctx.finalize = unbounded().0;
+            let _ = finalizer.join();
+            let mut late = renamed_late.into_inner();
+            late.extend(rx.try_iter().filter_map(|ev| if let Event::Finalized { id } = ev { Some(id) } else { None }));
+            for id in late {
+                mark_done(&mut ctx, id, true);
+            }
+        } else {
+            drop(ctx);
+            let _ = finalizer.join();
+        }
         result
     }
 }
@@ -656,8 +673,13 @@ fn entry(ctx: &mut Ctx, e: Entry) -> Result<(), TransferError> {
         Some(r) => r.display(&rel),
         None => ctx.layout.as_ref().unwrap().root.join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&rel)).display().to_string(),
     };
+    // A file an earlier attempt of this run landed is announced again by a pull's new remote
+    // sender: its bytes count again (this attempt's total), the file is already counted done.
+    let landed_before = e.kind == EntryKind::File && p.progress.landed_before(&e.path);
     if e.kind == EntryKind::File {
-        Progress::add(&p.progress.files_total, 1);
+        if !landed_before {
+            Progress::add(&p.progress.files_total, 1);
+        }
         Progress::add(&p.progress.bytes_total, e.size);
     }
     if p.options.dry_run() {
@@ -718,9 +740,11 @@ fn entry(ctx: &mut Ctx, e: Entry) -> Result<(), TransferError> {
             ctx.files.insert(id, FileState { entry: e, rel, state: State::Pending, assembly: None, outstanding: 0, bad_chunks: 0, file_retries: 0 });
             if skip {
                 ctx.writer.send(&Control::Skip(vec![(id, SkipReason::Identical)]))?;
-                Progress::add(&ctx.p.progress.files_skipped, 1);
                 Progress::add(&ctx.p.progress.bytes_skipped, size);
-                Progress::add(&ctx.p.progress.bytes_of_finished, size);
+                if !landed_before {
+                    Progress::add(&ctx.p.progress.files_skipped, 1);
+                    Progress::add(&ctx.p.progress.bytes_of_finished, size);
+                }
                 ctx.files.remove(&id);
                 ctx.unfinished -= 1;
             } else {

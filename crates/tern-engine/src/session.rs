@@ -142,6 +142,9 @@ fn run_attempts(spec: &ClientSpec, progress: &Arc<Progress>) -> Result<Summary, 
     // A push's sender remembers what landed and does not announce it again; a pull's remote
     // sender (and a relay's) announces everything on each attempt.
     let carry_finished = spec.sources.iter().all(Endpoint::is_local);
+    if !carry_finished && spec.dest.is_local() {
+        progress.track_landed_paths();
+    }
     loop {
         progress.start_attempt(carry_finished);
         let attempt = attempt(spec, progress, &memory, &rate);

@@ -371,3 +371,31 @@ fn progress_during_an_outage_keeps_the_totals_and_says_reconnecting() {
     }
     assert_eq!(fs::read(&src).unwrap(), fs::read(root.join("big.bin")).unwrap());
 }
+
+/// A pull that reconnects counts each file once: the new remote sender announces everything
+/// again, and what landed before the outage is neither "skipped" nor counted twice.
+#[test]
+fn a_pull_through_an_outage_counts_each_file_once() {
+    let t = scratch();
+    let root = t.path().join("root");
+    for i in 0..16 {
+        write_file(&root.join(format!("run/f{i:02}")), i, 2 * MIB as usize);
+    }
+    let token = t.path().join("token");
+    let port = free_port();
+    let mut d = Daemon::start_on(&root, &token, port, &[("TERN_FAULT_DELAY_MS", "20")]);
+    let dst = t.path().join("dst");
+    let client = spawn_tern(&["cp", "-r", &d.url("/run"), dst.to_str().unwrap(), "--token-file", token.to_str().unwrap(), "--chunk-size", "1M", "--streams", "2", "--retry-for", "60"], &[]);
+    let landed = || fs::read_dir(&dst).map(|r| r.filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with('f')).count()).unwrap_or(0);
+    wait_for("some files landed", Duration::from_secs(30), || landed() >= 3);
+    d.kill9();
+    let before = landed();
+    assert!(before < 16, "killed too late");
+    std::thread::sleep(Duration::from_millis(500));
+    let _d2 = Daemon::start_on(&root, &token, port, &[]);
+    let r = finish(client);
+    assert!(r.ok(), "{}", r.stderr());
+    assert!(r.u64("reconnects") >= 1);
+    assert_eq!((r.u64("files"), r.u64("files_skipped")), (16, 0), "each file counted once: {}", r.json);
+    assert_same_tree(&root.join("run"), &dst);
+}
