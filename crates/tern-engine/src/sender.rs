@@ -452,10 +452,18 @@ fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: 
                         let Some(f) = files.get_mut(id as usize) else { return Err(peer_bug("skip for an unknown file")) };
                         if f.state == State::Announced && f.kind == EntryKind::File {
                             unfinished -= 1;
-                            Progress::add(&progress.files_skipped, 1);
                             Progress::add(&progress.bytes_skipped, f.info.size);
-                            Progress::add(&progress.bytes_of_finished, f.info.size);
-                            p.memory.lock().unwrap().finished.insert(f.info.rel.clone());
+                            let mut mem = p.memory.lock().unwrap();
+                            // Every chunk went out in an earlier attempt and the receiver now has
+                            // it whole: it landed from this run (its FileDone lost in the outage).
+                            if mem.sent.remove(&f.info.rel).is_some_and(|s| s.is_full()) {
+                                progress.landed(&f.info.rel, f.info.size);
+                            } else {
+                                Progress::add(&progress.files_skipped, 1);
+                                Progress::add(&progress.bytes_of_finished, f.info.size);
+                            }
+                            mem.finished.insert(f.info.rel.clone());
+                            drop(mem);
                             f.finish();
                         }
                     }

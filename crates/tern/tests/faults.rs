@@ -399,3 +399,35 @@ fn a_pull_through_an_outage_counts_each_file_once() {
     assert_eq!((r.u64("files"), r.u64("files_skipped")), (16, 0), "each file counted once: {}", r.json);
     assert_same_tree(&root.join("run"), &dst);
 }
+
+/// The same for a push: a file the killed receiver renamed into place before its FileDone went
+/// out is counted as copied after the resume, not as skipped.
+#[test]
+fn a_push_through_an_outage_counts_each_file_once() {
+    let t = scratch();
+    let src = t.path().join("run");
+    for i in 0..16 {
+        write_file(&src.join(format!("f{i:02}")), i, 2 * MIB as usize);
+    }
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let token = t.path().join("token");
+    let port = free_port();
+    let mut d = Daemon::start_on(&root, &token, port, &[]);
+    let client = spawn_tern(
+        &["cp", "-r", src.to_str().unwrap(), &d.url("/run"), "--token-file", token.to_str().unwrap(), "--chunk-size", "1M", "--streams", "2", "--retry-for", "60"],
+        &[("TERN_FAULT_DELAY_MS", "20")],
+    );
+    let dst = root.join("run");
+    let landed = || fs::read_dir(&dst).map(|r| r.filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with('f')).count()).unwrap_or(0);
+    wait_for("some files landed", Duration::from_secs(30), || landed() >= 3);
+    d.kill9();
+    assert!(landed() < 16, "killed too late");
+    std::thread::sleep(Duration::from_millis(500));
+    let _d2 = Daemon::start_on(&root, &token, port, &[]);
+    let r = finish(client);
+    assert!(r.ok(), "{}", r.stderr());
+    assert!(r.u64("reconnects") >= 1);
+    assert_eq!((r.u64("files"), r.u64("files_skipped")), (16, 0), "each file counted once: {}", r.json);
+    assert_same_tree(&src, &dst);
+}
