@@ -15,6 +15,8 @@
 //!   receiver then cannot verify, so it refuses to run unless both ends set it).
 //! * `TERN_DEBUG_NO_WRITE_BEHIND=1` — the receiver does not start writeback as chunks land
 //!   (benchmarks compare the final barrier with and without it).
+//! * `TERN_FAULT_EXHAUST_FDS=N:MS` — when the receiver prepares its N-th file, the process
+//!   takes every free descriptor and gives them back MS later (a limit met mid-run).
 //! * `TERN_DEBUG_FEATURES=N` — advertise these Hello feature bits instead of ours (tests act
 //!   as an older peer that lacks a feature).
 
@@ -32,6 +34,8 @@ pub struct Faults {
     pub no_hash: bool,
     pub no_write_behind: bool,
     pub features: Option<u64>,
+    exhaust: Option<(u64, u64)>,
+    prepared: AtomicU64,
 }
 
 #[cfg(not(feature = "test-hooks"))]
@@ -46,6 +50,8 @@ pub fn faults() -> &'static Faults {
         no_hash: false,
         no_write_behind: false,
         features: None,
+        exhaust: None,
+        prepared: AtomicU64::new(0),
     };
     &OFF
 }
@@ -66,6 +72,11 @@ pub fn faults() -> &'static Faults {
         no_hash: std::env::var("TERN_DEBUG_NO_HASH").is_ok_and(|v| v == "1"),
         no_write_behind: std::env::var("TERN_DEBUG_NO_WRITE_BEHIND").is_ok_and(|v| v == "1"),
         features: std::env::var("TERN_DEBUG_FEATURES").ok().and_then(|v| v.parse().ok()),
+        exhaust: std::env::var("TERN_FAULT_EXHAUST_FDS").ok().and_then(|v| {
+            let (n, ms) = v.split_once(':')?;
+            Some((n.parse().ok()?, ms.parse().ok()?))
+        }),
+        prepared: AtomicU64::new(0),
     })
 }
 
@@ -85,6 +96,22 @@ impl Faults {
             _ => false,
         }
     }
+    /// The receiver prepares a file: at the N-th, take every free descriptor for a while.
+    pub fn preparing_file(&self) {
+        let Some((n, ms)) = self.exhaust else { return };
+        if self.prepared.fetch_add(1, Ordering::SeqCst) + 1 != n {
+            return;
+        }
+        let mut held = Vec::new();
+        while let Ok(f) = std::fs::File::open("/dev/null") {
+            held.push(f);
+        }
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            drop(held);
+        });
+    }
+
     /// Counts sent bytes; true once when the cut threshold is crossed.
     pub fn cut(&self, n: u64) -> bool {
         let Some(limit) = self.cut_after else { return false };

@@ -434,3 +434,19 @@ mod tests {
         }
     }
 }
+
+/// Runs `op`; while the process is out of descriptors or memory (a limit shared with the rest of
+/// the process, not a fault of the file), waits for some to come free and tries again, for about
+/// 25 s in all, before the error stands.
+pub fn waiting_for_descriptors<T>(mut op: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    let mut waits = 0u64;
+    loop {
+        match op() {
+            Err(e) if crate::error::ErrorKind::of_io(&e) == crate::error::ErrorKind::ResourceLimit && waits < 50 => {
+                waits += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20 * waits));
+            }
+            r => return r,
+        }
+    }
+}

@@ -70,10 +70,13 @@ struct Sink {
 
 impl Sink {
     fn file(&self) -> std::io::Result<&File> {
-        self.file.get_or_init(|| fsops::open_temp(&*self.parent, &self.tmp).map_err(|e| (e.raw_os_error(), err_text(&e)))).as_ref().map_err(|(code, text)| match code {
-            Some(code) => std::io::Error::from_raw_os_error(*code),
-            None => std::io::Error::other(text.clone()),
-        })
+        // Out of descriptors, the stream waits for files in flight to land and give theirs back.
+        self.file.get_or_init(|| fsops::waiting_for_descriptors(|| fsops::open_temp(&*self.parent, &self.tmp)).map_err(|e| (e.raw_os_error(), err_text(&e)))).as_ref().map_err(
+            |(code, text)| match code {
+                Some(code) => std::io::Error::from_raw_os_error(*code),
+                None => std::io::Error::other(text.clone()),
+            },
+        )
     }
 }
 
@@ -155,6 +158,11 @@ impl Default for Receiving {
 
 struct Ctx<'a> {
     p: &'a ReceiverParams,
+    /// Files in flight allowed now: the window, lowered when the process ran out of
+    /// descriptors (or memory) and raised again by one per file that lands.
+    files_allowed: usize,
+    /// Waits in a row for a descriptor with nothing of this session in flight to free one.
+    limit_waits: u32,
     writer: &'a CtrlWriter,
     layout: Option<Layout>,
     root: Option<DestRoot>,
@@ -232,6 +240,8 @@ impl Receiving {
         };
         let mut ctx = Ctx {
             p: &p,
+            files_allowed: p.window_files,
+            limit_waits: 0,
             writer: &writer,
             layout: None,
             root: None,
@@ -533,6 +543,9 @@ fn release(ctx: &mut Ctx, id: u64) {
     ctx.sinks.write().unwrap().remove(&id);
 }
 
+/// Waits for a descriptor with nothing in flight before a file fails (about 25 s in all).
+const MAX_LIMIT_WAITS: u32 = 50;
+
 fn mark_done(ctx: &mut Ctx, id: u64, ok: bool) {
     let Some(f) = ctx.files.get_mut(&id) else { return };
     if f.state == State::Done {
@@ -543,6 +556,7 @@ fn mark_done(ctx: &mut Ctx, id: u64, ok: bool) {
     f.assembly = None;
     ctx.unfinished -= 1;
     if ok {
+        ctx.files_allowed = (ctx.files_allowed + 1).min(ctx.p.window_files);
         ctx.p.progress.landed(&f.entry.path, f.entry.size);
         ctx.summary.files_done += 1;
         ctx.summary.bytes_written += f.entry.size;
@@ -588,7 +602,7 @@ fn try_complete(ctx: &mut Ctx, id: u64) -> Result<(), TransferError> {
     ctx.outstanding_files -= 1;
     ctx.finalizing += 1;
     // With the window full, nothing more can arrive before this batch is done: do not wait.
-    let more_coming = ctx.outstanding_files > 0 && ctx.outstanding_files + ctx.finalizing < ctx.p.window_files;
+    let more_coming = ctx.outstanding_files > 0 && ctx.outstanding_files + ctx.finalizing < ctx.files_allowed;
     let _ = ctx.finalize.send(ToFinalize { id, sink, expected, more_coming });
     Ok(())
 }
@@ -815,10 +829,30 @@ fn issue_wants(ctx: &mut Ctx) -> Result<(), TransferError> {
     // between messages would let a path with many small files run dry.
     loop {
         let mut wants = Vec::new();
-        while ctx.outstanding_files + ctx.finalizing < ctx.p.window_files && ctx.outstanding_bytes < ctx.p.window_bytes && wants.len() < 1024 {
+        while ctx.outstanding_files + ctx.finalizing < ctx.files_allowed && ctx.outstanding_bytes < ctx.p.window_bytes && wants.len() < 1024 {
             let Some(id) = ctx.pending.pop_front() else { break };
             match prepare(ctx, id) {
-                Ok(ranges) => wants.push(WantFile { id, ranges }),
+                Ok(ranges) => {
+                    ctx.limit_waits = 0;
+                    wants.push(WantFile { id, ranges });
+                }
+                // Out of descriptors or memory: a limit of the process, not a fault of the
+                // file. Fewer files in flight, and this one again once another lands.
+                Err(err) if err.kind == ErrorKind::ResourceLimit && ctx.limit_waits < MAX_LIMIT_WAITS => {
+                    ctx.pending.push_front(id);
+                    let in_flight = ctx.outstanding_files + ctx.finalizing + wants.len();
+                    if ctx.files_allowed == ctx.p.window_files {
+                        tracing::warn!("{err}; holding fewer files open at once ({} instead of up to {}) and going on", in_flight.max(1), ctx.p.window_files);
+                    }
+                    ctx.files_allowed = in_flight.max(1);
+                    if in_flight == 0 {
+                        // Nothing of ours to wait for: another session or process holds them.
+                        ctx.limit_waits += 1;
+                        thread::sleep(Duration::from_millis(20 * u64::from(ctx.limit_waits.min(50))));
+                        continue;
+                    }
+                    break;
+                }
                 Err(err) => {
                     let msg = err.message.clone();
                     ctx.p.progress.error(err);
@@ -836,6 +870,7 @@ fn issue_wants(ctx: &mut Ctx) -> Result<(), TransferError> {
 
 /// Sets up the sink of a file and works out which chunks to ask for, resuming from its journal.
 fn prepare(ctx: &mut Ctx, id: u64) -> Result<Vec<(u64, u32)>, TransferError> {
+    crate::faults::faults().preparing_file();
     let chunk_size = ctx.p.options.chunk_size;
     let (rel, e) = {
         let f = &ctx.files[&id];

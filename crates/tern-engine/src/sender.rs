@@ -780,7 +780,9 @@ fn send_worker(mut conn: DataConn, work: Receiver<Work>, events: Sender<Event>, 
             Err(crossbeam_channel::TryRecvError::Disconnected) => break,
         };
         if open.as_ref().is_none_or(|(id, _)| *id != w.id) {
-            match w.file.open() {
+            // A stream holds one source file at a time; the previous one goes back first.
+            open = None;
+            match crate::fsops::waiting_for_descriptors(|| w.file.open()) {
                 Ok(f) => open = Some((w.id, f)),
                 Err(e) => {
                     let error = TransferError::io(Side::Source, w.file.path.display().to_string(), "cannot open", &e);

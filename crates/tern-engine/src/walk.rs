@@ -231,7 +231,7 @@ fn walk_dir(dir: &Path, rel: &[u8], beneath: Option<&Arc<Beneath>>, filter: &Fil
     while let Some((dir, rel)) = stack.pop() {
         // Daemon mode: the directory is opened beneath the root, then listed and looked into
         // through that descriptor, so a link swapped in for it is refused, not walked.
-        let held = match beneath.map(|b| b.open_dir(&dir)).transpose() {
+        let held = match crate::fsops::waiting_for_descriptors(|| beneath.map(|b| b.open_dir(&dir)).transpose()) {
             Ok(fd) => fd,
             Err(e) => {
                 warn(TransferError::io(Side::Source, dir.display().to_string(), "cannot list directory", &e));
@@ -239,7 +239,7 @@ fn walk_dir(dir: &Path, rel: &[u8], beneath: Option<&Arc<Beneath>>, filter: &Fil
             }
         };
         let through = held.as_ref().map(|fd| PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(fd))));
-        let rd = match fs::read_dir(through.as_deref().unwrap_or(&dir)) {
+        let rd = match crate::fsops::waiting_for_descriptors(|| fs::read_dir(through.as_deref().unwrap_or(&dir))) {
             Ok(rd) => rd,
             Err(e) => {
                 warn(TransferError::io(Side::Source, dir.display().to_string(), "cannot list directory", &e));

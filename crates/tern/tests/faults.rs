@@ -431,3 +431,32 @@ fn a_push_through_an_outage_counts_each_file_once() {
     assert_eq!((r.u64("files"), r.u64("files_skipped")), (16, 0), "each file counted once: {}", r.json);
     assert_same_tree(&src, &dst);
 }
+
+/// A descriptor limit met mid-run (the process out of descriptors for a while: another session,
+/// another tool) slows the transfer down and is waited out; no file fails (issue 11).
+#[test]
+fn running_out_of_descriptors_mid_run_fails_no_file() {
+    let t = scratch();
+    let src = t.path().join("many");
+    for i in 0..300 {
+        write_file(&src.join(format!("d{}/f{i:03}", i % 7)), i, 8 << 10);
+    }
+    // Multi-chunk files: their journals are made when they are asked for (the control loop).
+    for i in 0..12 {
+        write_file(&src.join(format!("big{i}")), 1000 + i, 3_000_000);
+    }
+    // Locally (sender and receiver share the process and its limit), with files in flight and
+    // with none, and into a daemon.
+    for (n, label) in [(40, "local, files in flight"), (1, "local, the first file")] {
+        let dst = t.path().join(format!("dst-{n}"));
+        let r = tern(&["cp", "-r", "--chunk-size", "1M", src.to_str().unwrap(), dst.to_str().unwrap()], &[("TERN_FAULT_EXHAUST_FDS", &format!("{n}:1500"))]);
+        assert!(r.ok() && r.u64("files") == 312, "{label}: {} {}", r.stderr(), r.json);
+        assert_same_tree(&src, &dst);
+    }
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let d = Daemon::start_on(&root, &t.path().join("token"), free_port(), &[("TERN_FAULT_EXHAUST_FDS", "40:1500")]);
+    let r = tern(&["cp", "-r", "--chunk-size", "1M", src.to_str().unwrap(), &d.url("/many"), "--token-file", &d.token_arg()], &[]);
+    assert!(r.ok() && r.u64("files") == 312, "daemon: {} {}", r.stderr(), r.json);
+    assert_same_tree(&src, &root.join("many"));
+}
