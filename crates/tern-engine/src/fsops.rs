@@ -346,6 +346,22 @@ pub fn link_stays_beneath(link_dir_depth: usize, target: &[u8]) -> bool {
     ups <= link_dir_depth
 }
 
+/// Runs `op`; while the process is out of descriptors or memory (a limit shared with the rest of
+/// the process, not a fault of the file), waits for some to come free and tries again, for about
+/// 25 s in all, before the error stands.
+pub fn waiting_for_descriptors<T>(mut op: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    let mut waits = 0u64;
+    loop {
+        match op() {
+            Err(e) if crate::error::ErrorKind::of_io(&e) == crate::error::ErrorKind::ResourceLimit && waits < 50 => {
+                waits += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20 * waits));
+            }
+            r => return r,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -431,22 +447,6 @@ mod tests {
         assert!(open_components(&fd, b"", dir).is_ok());
         for bad in [&b"x"[..], b"x/y", b"in/b", b"a/../a", b"/etc", b"a/b/../../x"] {
             assert!(open_components(&fd, bad, dir).is_err(), "{}", String::from_utf8_lossy(bad));
-        }
-    }
-}
-
-/// Runs `op`; while the process is out of descriptors or memory (a limit shared with the rest of
-/// the process, not a fault of the file), waits for some to come free and tries again, for about
-/// 25 s in all, before the error stands.
-pub fn waiting_for_descriptors<T>(mut op: impl FnMut() -> io::Result<T>) -> io::Result<T> {
-    let mut waits = 0u64;
-    loop {
-        match op() {
-            Err(e) if crate::error::ErrorKind::of_io(&e) == crate::error::ErrorKind::ResourceLimit && waits < 50 => {
-                waits += 1;
-                std::thread::sleep(std::time::Duration::from_millis(20 * waits));
-            }
-            r => return r,
         }
     }
 }
