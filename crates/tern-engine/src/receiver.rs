@@ -184,6 +184,13 @@ struct Ctx<'a> {
     finalize: Sender<ToFinalize>,
     done_ids: Vec<u64>,
     symlinks: Vec<Entry>,
+    /// Hard links to make once every file landed: `path` the name, `target` the first name,
+    /// both already mapped to the destination.
+    hard_links: Vec<Entry>,
+    hard_links_possible: bool,
+    /// Files of this session that failed (mapped paths): a hard link to one is not made, so it
+    /// never names an older version left there.
+    failed_files: HashSet<Vec<u8>>,
     dir_meta: Vec<(Vec<u8>, u32, i64, u32)>,
     /// Every path the manifest names, for `--delete` only (its one cost per entry of the tree).
     keep: HashSet<Vec<u8>>,
@@ -258,6 +265,9 @@ impl Receiving {
             finalize: fin_tx,
             done_ids: Vec::new(),
             symlinks: Vec::new(),
+            hard_links: Vec::new(),
+            hard_links_possible: p.options.hard_links(),
+            failed_files: HashSet::new(),
             dir_meta: Vec::new(),
             keep: HashSet::new(),
             announced: 0,
@@ -563,6 +573,9 @@ fn mark_done(ctx: &mut Ctx, id: u64, ok: bool) {
     } else {
         Progress::add(&ctx.p.progress.files_failed, 1);
         ctx.summary.files_failed += 1;
+        if ctx.hard_links_possible {
+            ctx.failed_files.insert(f.rel.clone());
+        }
     }
     // Memory grows with files in flight, not with the tree.
     ctx.files.remove(&id);
@@ -726,6 +739,19 @@ fn entry(ctx: &mut Ctx, e: Entry) -> Result<(), TransferError> {
                 ctx.source_errors = true;
             } else if p.options.preserve() {
                 ctx.dir_meta.push((rel, e.mode, e.mtime_s, e.mtime_ns));
+            }
+        }
+        EntryKind::HardLink => {
+            if !p.options.hard_links() {
+                return Err(peer_bug("a hard link without option bit 14"));
+            }
+            match ctx.layout.as_ref().unwrap().map(&e.target) {
+                Some(target) if !target.is_empty() => ctx.hard_links.push(Entry { path: rel, target, ..e }),
+                _ => {
+                    let err = TransferError::file(Side::Destination, display, "hard link to a file outside the copied tree; refused");
+                    ctx.writer.send(&Control::FileError { id: e.id, side: Side::Destination, message: err.message.clone() })?;
+                    ctx.p.progress.error(err);
+                }
             }
         }
         EntryKind::Symlink => {
@@ -953,7 +979,43 @@ fn prepare(ctx: &mut Ctx, id: u64) -> Result<Vec<(u64, u32)>, TransferError> {
     Ok(ranges)
 }
 
-/// After every file: symlinks, directory metadata, `--delete`, the resume marker.
+/// `link.path` becomes another name of `link.target` (a regular file beneath the root), through a
+/// temporary name renamed into place; a name already linked to it is left alone. Where the file
+/// system cannot link, the target's data is copied instead.
+fn make_hard_link(root: &DestRoot, link: &Entry, preserve: bool) -> std::io::Result<()> {
+    let target_dir = root.dir(parent(&link.target))?;
+    let target_name = file_name(&link.target);
+    let target = fsops::stat_at(&target_dir, target_name)?.ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOENT))?;
+    if target.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(std::io::Error::other("its first name is not a regular file at the destination"));
+    }
+    let dir = Dir::new(root.dir(parent(&link.path))?)?;
+    let name = file_name(&link.path);
+    match fsops::stat_at(&dir, name)? {
+        Some(st) if st.st_dev == target.st_dev && st.st_ino == target.st_ino => return Ok(()),
+        Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => return Err(std::io::Error::from_raw_os_error(libc::EISDIR)),
+        _ => {}
+    }
+    let (tmp, _) = dir.tag.temp_names(name);
+    fsops::unlink_at(&dir, &tmp)?;
+    match rustix::fs::linkat(&target_dir, target_name, &dir, &tmp[..], rustix::fs::AtFlags::empty()) {
+        Ok(()) => {}
+        Err(e) if [rustix::io::Errno::XDEV, rustix::io::Errno::PERM, rustix::io::Errno::MLINK, rustix::io::Errno::NOTSUP].contains(&e) => {
+            let mut from = fsops::open_read(&target_dir, target_name)?;
+            let mut to = fsops::open_temp(&dir, &tmp)?;
+            std::io::copy(&mut from, &mut to)?;
+            let md = from.metadata()?;
+            use std::os::unix::fs::MetadataExt;
+            let mtime = preserve.then(|| (md.mtime(), md.mtime_nsec() as u32));
+            fsops::set_meta(&to, preserve.then_some(md.mode() & 0o7777), mtime)?;
+            to.sync_all()?;
+        }
+        Err(e) => return Err(e.into()),
+    }
+    fsops::rename_at(&dir, &tmp, name)
+}
+
+/// After every file: hard links, symlinks, directory metadata, `--delete`, the resume marker.
 fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
     // An empty source's contents (`sync EMPTY/ DST`): nothing named the layout, but DST is
     // still made (as rsync does) and a mirror with --delete still has something to compare.
@@ -974,6 +1036,18 @@ fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
         return Ok(());
     }
     let Some(root) = ctx.root.as_ref() else { return Ok(()) };
+    for link in std::mem::take(&mut ctx.hard_links) {
+        let r = if ctx.failed_files.contains(&link.target) {
+            Err(std::io::Error::other(format!("'{}', its first name, did not land", String::from_utf8_lossy(&link.target))))
+        } else {
+            make_hard_link(root, &link, ctx.p.options.preserve())
+        };
+        if let Err(e) = r {
+            let err = TransferError::io(Side::Destination, root.display(&link.path), "cannot create hard link", &e);
+            ctx.writer.send(&Control::FileError { id: link.id, side: Side::Destination, message: err.message.clone() })?;
+            ctx.p.progress.error(err);
+        }
+    }
     let beneath = ctx.p.beneath.as_deref().filter(|_| !ctx.p.allow_links_out);
     for link in std::mem::take(&mut ctx.symlinks) {
         let display = root.display(&link.path);

@@ -39,6 +39,9 @@ pub(crate) fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<
     };
     let mut options = spec.options;
     options.set_third_party(true);
+    // Further names of a file go as files between two daemons (the client would have to check
+    // both before opening either).
+    options.set_hard_links(false);
     let sources: Vec<Vec<u8>> = spec.sources.iter().map(|s| s.path_str().into_bytes()).collect();
     // The receiver first: its Ready carries what the sender needs to reach it.
     let dst_token = spec.dst_token_file.as_ref().or(spec.token_file.as_ref());

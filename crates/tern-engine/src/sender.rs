@@ -662,6 +662,9 @@ struct WalkJob {
     ahead: Arc<Ahead>,
 }
 
+/// Multi-link files whose first name the walk remembers, to announce their other names as links.
+const MAX_HARD_LINKED_FILES: usize = 1_000_000;
+
 fn walker(events: Sender<Event>, writer: Arc<CtrlWriter>, memory: Arc<Mutex<SendMemory>>, job: WalkJob) {
     let WalkJob { sources, opts, filter, list, ahead } = job;
     const BATCH: usize = 512;
@@ -691,7 +694,21 @@ fn walker(events: Sender<Event>, writer: Arc<CtrlWriter>, memory: Arc<Mutex<Send
         let _ = events.send(Event::WalkWarning(e));
     };
     let bases: Vec<Vec<u8>> = sources.iter().filter_map(|s| s.base.clone()).collect();
-    let mut emit = |f: SrcFile| {
+    // First name of each multi-link file met so far (bounded; beyond, names go as files).
+    let mut first_names: HashMap<(u64, u64), Vec<u8>> = HashMap::new();
+    let mut emit = |mut f: SrcFile| {
+        if let Some(inode) = f.inode.filter(|_| opts.hard_links() && f.kind == EntryKind::File) {
+            match first_names.get(&inode) {
+                Some(first) => {
+                    f.kind = EntryKind::HardLink;
+                    f.target = first.clone();
+                }
+                None if first_names.len() < MAX_HARD_LINKED_FILES => {
+                    first_names.insert(inode, f.rel.clone());
+                }
+                None => {}
+            }
+        }
         if f.kind == EntryKind::File && finished.contains(&f.rel) {
             return true;
         }

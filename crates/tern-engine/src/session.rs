@@ -12,7 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use tern_proto::filter::{Filter, FilterRule};
-use tern_proto::msg::{FEATURE_FILE_LIST, FEATURE_FILTERS, FEATURE_IGNORE_EXISTING, FEATURE_STREAM_RESET, Role, Summary};
+use tern_proto::msg::{FEATURE_FILE_LIST, FEATURE_FILTERS, FEATURE_HARD_LINKS, FEATURE_IGNORE_EXISTING, FEATURE_STREAM_RESET, Role, Summary};
 use tern_proto::{Control, Options};
 
 use crate::control::{CtrlReader, CtrlWriter};
@@ -252,6 +252,7 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
                 let listening: crate::handshake::OnListening = if reverse.is_some() { None } else { Some(&mut on_listening) };
                 let (session_key, rtt, features) = crate::handshake::client(&mut reader, &writer, &key, &[0; 32], host, pipelined, listening)?;
                 send_filters(&writer, features, spec, !push, &format!("the tern on {host}"))?;
+                options.set_hard_links(options.hard_links() && features & FEATURE_HARD_LINKS != 0);
                 // A data stream's TCP connect is a cleaner sample than a message through ssh
                 // and both processes, when one has finished by now.
                 let rtt = early.as_ref().and_then(EarlyStreams::fastest).map_or(rtt, |c| c.min(rtt));
@@ -278,6 +279,8 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
             let writer = Arc::new(CtrlWriter::new(halves.writer));
             let (session_key, _, features) = crate::handshake::client(&mut reader, &writer, &key, &exporter, &format!("the daemon at {addr}"), true, None)?;
             send_filters(&writer, features, spec, !push, &format!("the daemon at {addr}"))?;
+            // An older peer: further names of a file go as files, as before.
+            options.set_hard_links(options.hard_links() && features & FEATURE_HARD_LINKS != 0);
             // A daemon takes data on the port we reached it on; its own view of its address (in
             // `Ready`) is wrong behind a port forward, NAT or relay.
             run_remote(spec, &mut options, progress, memory, rate, reader, writer, session_key, push, path, &bracket(host), Some(addr.as_str()), None, preconnected, resets_with(features))

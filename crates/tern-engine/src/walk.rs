@@ -37,6 +37,8 @@ pub struct SrcFile {
     pub target: Vec<u8>,
     /// Daemon mode: opened beneath this root, never through a link that leaves it.
     pub beneath: Option<Arc<Beneath>>,
+    /// (device, inode) of a regular file with more than one name, to send later names as links.
+    pub inode: Option<(u64, u64)>,
 }
 
 impl SrcFile {
@@ -72,6 +74,7 @@ fn describe_at(path: &Path, probe: &Path, md: &fs::Metadata) -> Option<SrcFile> 
         mtime_ns: md.mtime_nsec() as u32,
         target,
         beneath: None,
+        inode: (kind == EntryKind::File && md.nlink() > 1).then(|| (md.dev(), md.ino())),
     })
 }
 

@@ -51,6 +51,8 @@ pub enum EntryKind {
     File,
     Dir,
     Symlink,
+    /// A further name of a file announced earlier; `target` is that file's path.
+    HardLink,
 }
 
 /// One item of the manifest.
@@ -64,7 +66,7 @@ pub struct Entry {
     pub mode: u32,
     pub mtime_s: i64,
     pub mtime_ns: u32,
-    /// Symlink target, empty otherwise.
+    /// A symlink's target, a hard link's first name (a relative path), empty otherwise.
     pub target: Vec<u8>,
     /// Whole-file hash, sent only in `--checksum` mode.
     pub hash: Option<[u8; 32]>,
@@ -113,6 +115,8 @@ impl Options {
     // `--delete-empty-source`: `--delete` from an empty source empties the destination, as
     // rsync does. Without it the receiver refuses (an older receiver deleted silently).
     flag!(delete_from_empty, set_delete_from_empty, 13);
+    // Further names of a multi-link file are announced as hard links (entry kind 3).
+    flag!(hard_links, set_hard_links, 14);
 }
 
 /// The file id of a `FileError` about an entry the walk could not announce (missing,
@@ -135,6 +139,9 @@ pub const FEATURE_IGNORE_EXISTING: u64 = 16;
 /// record fails authentication is dropped and its frames in flight sent again, instead of
 /// failing the session (`docs/protocol.md`, "Repairing a corrupted data stream").
 pub const FEATURE_STREAM_RESET: u64 = 32;
+/// Hello feature bit: this peer sends (as the sender) and makes (as the receiver) hard links,
+/// entry kind 3, when option bit 14 is set. An older peer would refuse the kind.
+pub const FEATURE_HARD_LINKS: u64 = 64;
 /// Most paths one transfer's `FileList` messages may carry in all.
 pub const MAX_FILE_LIST: usize = 1_000_000;
 /// Most bytes of paths they may carry in all (a million paths of 4 KiB would be 4 GiB).
@@ -353,6 +360,7 @@ impl Control {
                         EntryKind::File => 0,
                         EntryKind::Dir => 1,
                         EntryKind::Symlink => 2,
+                        EntryKind::HardLink => 3,
                     });
                     w.bytes(&e.path).u64(e.size).u32(e.mode).i64(e.mtime_s).u32(e.mtime_ns);
                     w.bytes(&e.target);
@@ -496,6 +504,7 @@ impl Control {
                         0 => EntryKind::File,
                         1 => EntryKind::Dir,
                         2 => EntryKind::Symlink,
+                        3 => EntryKind::HardLink,
                         _ => return Err(ProtoError::Invalid { what: "entry kind", why: "unknown value" }),
                     };
                     let path = r.bytes("path", limits::MAX_PATH)?.to_vec();
@@ -508,8 +517,13 @@ impl Control {
                         return Err(ProtoError::Invalid { what: "mtime", why: "nanoseconds out of range" });
                     }
                     let target = r.bytes("symlink target", limits::MAX_PATH)?.to_vec();
-                    if kind != EntryKind::Symlink && !target.is_empty() {
-                        return Err(ProtoError::Invalid { what: "entry", why: "target on a non-symlink" });
+                    match kind {
+                        EntryKind::Symlink => {}
+                        // The first name of the same file: a path in the tree like any other.
+                        EntryKind::HardLink if target.is_empty() => return Err(ProtoError::Invalid { what: "hard link", why: "no target" }),
+                        EntryKind::HardLink => validate_relative(&target)?,
+                        _ if !target.is_empty() => return Err(ProtoError::Invalid { what: "entry", why: "target on a non-link" }),
+                        _ => {}
                     }
                     let hash = match r.u8("hash flag")? {
                         0 => None,
@@ -663,6 +677,25 @@ mod tests {
         roundtrip(Control::Open { server_role: Role::Receiver, options: opts, sources: vec![b"a".to_vec(), b"\xffb".to_vec()], destination: b"/dst".to_vec() });
         roundtrip(Control::Ready { session_id: [3; 16], data_addr: b"[::1]:99".to_vec(), nonce: [4; 32] });
         roundtrip(Control::Entries(vec![Entry { id: 9, kind: EntryKind::Symlink, path: b"d/l".to_vec(), size: 0, mode: 0o777, mtime_s: -5, mtime_ns: 7, target: b"x".to_vec(), hash: Some([8; 32]) }]));
+        roundtrip(Control::Entries(vec![Entry {
+            id: 10,
+            kind: EntryKind::HardLink,
+            path: b"d/second".to_vec(),
+            size: 5,
+            mode: 0o644,
+            mtime_s: 1,
+            mtime_ns: 0,
+            target: b"a/first".to_vec(),
+            hash: None,
+        }]));
+        // A hard link's target is a path in the tree: never absolute, never climbing out.
+        for bad in [&b"../outside"[..], b"/etc/passwd", b"a/../../x", b""] {
+            let msg = Control::Entries(vec![Entry { id: 11, kind: EntryKind::HardLink, path: b"l".to_vec(), size: 0, mode: 0o644, mtime_s: 0, mtime_ns: 0, target: bad.to_vec(), hash: None }]);
+            let mut d = FrameDecoder::new(limits::MAX_CONTROL_FRAME);
+            d.push(&msg.encode());
+            let (t, body) = d.next_frame().unwrap().unwrap();
+            assert!(Control::decode(t, &body).is_err(), "hard link to {:?} accepted", String::from_utf8_lossy(bad));
+        }
         roundtrip(Control::ManifestEnd { files: 1, bytes: 2 });
         roundtrip(Control::Want(vec![WantFile { id: 1, ranges: vec![(0, 3), (7, 1)] }]));
         roundtrip(Control::Skip(vec![(1, SkipReason::Identical), (2, SkipReason::DryRun)]));
@@ -721,7 +754,7 @@ mod tests {
     fn feature_bits_are_distinct() {
         assert_eq!(FEATURE_THIRD_PARTY & FEATURE_EARLY_DATA_ADDR, 0);
         assert_eq!(FEATURE_EARLY_DATA_ADDR, 1 << 1);
-        let all = [FEATURE_THIRD_PARTY, FEATURE_EARLY_DATA_ADDR, FEATURE_FILTERS, FEATURE_FILE_LIST, FEATURE_IGNORE_EXISTING, FEATURE_STREAM_RESET];
+        let all = [FEATURE_THIRD_PARTY, FEATURE_EARLY_DATA_ADDR, FEATURE_FILTERS, FEATURE_FILE_LIST, FEATURE_IGNORE_EXISTING, FEATURE_STREAM_RESET, FEATURE_HARD_LINKS];
         assert_eq!(all.iter().fold(0, |a, b| a | b).count_ones() as usize, all.len());
     }
 

@@ -209,6 +209,10 @@ pub(crate) struct Common {
     /// --safe-links). Without it links are copied as they are, as rsync -a and cp -a do.
     #[arg(long)]
     safe_links: bool,
+    /// Copy every name of a file with several hard links as a separate file. By default the
+    /// names stay links to one file at the destination, as cp -a and rsync -H do.
+    #[arg(long)]
+    no_hard_links: bool,
     /// Local sources must resolve beneath DIR when opened, never through a link that leaves it
     /// (the service confines its jobs with this).
     #[arg(long, hide = true, value_name = "DIR")]
@@ -545,6 +549,7 @@ pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: boo
     options.set_fsync_none(c.fsync == Fsync::None);
     options.set_ignore_existing(c.ignore_existing);
     options.set_safe_links(c.safe_links);
+    options.set_hard_links(!c.no_hard_links);
     let spec = ClientSpec {
         sources,
         dest,

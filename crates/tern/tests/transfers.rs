@@ -414,3 +414,80 @@ fn a_pull_reports_what_the_remote_walk_skipped() {
     assert_eq!(fs::read(dst.join("f")).unwrap(), data(1, 1000));
     assert!(dst.join("pipe").exists(), "--delete removed what the source's walk could not see");
 }
+
+/// A tree whose files have several names (hard links, as conda environments and backups hold).
+fn linked_tree(src: &std::path::Path) {
+    write_file(&src.join("a/big"), 7, 3_000_000);
+    fs::create_dir_all(src.join("b")).unwrap();
+    fs::hard_link(src.join("a/big"), src.join("b/big2")).unwrap();
+    fs::hard_link(src.join("a/big"), src.join("big3")).unwrap();
+    write_file(&src.join("s"), 8, 10);
+    fs::hard_link(src.join("s"), src.join("a/s2")).unwrap();
+    write_file(&src.join("alone"), 9, 100);
+}
+
+/// Which names share an inode, as sorted groups of relative paths.
+fn link_groups(root: &std::path::Path) -> Vec<Vec<String>> {
+    use std::os::unix::fs::MetadataExt;
+    let mut by_inode: std::collections::BTreeMap<u64, Vec<String>> = Default::default();
+    for rel in ["a/big", "b/big2", "big3", "s", "a/s2", "alone"] {
+        by_inode.entry(fs::metadata(root.join(rel)).unwrap().ino()).or_default().push(rel.to_string());
+    }
+    let mut groups: Vec<Vec<String>> = by_inode
+        .into_values()
+        .map(|mut g| {
+            g.sort();
+            g
+        })
+        .collect();
+    groups.sort();
+    groups
+}
+
+/// Hard links stay links (cp -a, rsync -H), locally, pushed to and pulled from a daemon; an older
+/// peer or --no-hard-links gets separate files with the same contents.
+#[test]
+fn hard_links_stay_links() {
+    let t = scratch();
+    let src = t.path().join("src");
+    linked_tree(&src);
+    let want = link_groups(&src);
+    assert_eq!(want.len(), 3);
+    let local = t.path().join("local");
+    let r = tern(&["cp", "-r", src.to_str().unwrap(), local.to_str().unwrap()], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_same_tree(&src, &local);
+    assert_eq!(link_groups(&local), want, "local copy");
+    assert_eq!(r.u64("bytes"), 3_000_110, "each file's data moves once");
+    assert_no_leftovers(&local);
+    // A re-run moves nothing and keeps the links.
+    let r = tern(&["sync", &format!("{}/", src.display()), local.to_str().unwrap()], &[]);
+    assert!(r.ok() && r.u64("bytes") == 0, "{} {}", r.stderr(), r.json);
+    assert_eq!(link_groups(&local), want);
+
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let d = Daemon::start(&root, &t.path().join("token"));
+    let r = tern(&["cp", "-r", src.to_str().unwrap(), &d.url("/pushed"), "--token-file", &d.token_arg()], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_same_tree(&src, &root.join("pushed"));
+    assert_eq!(link_groups(&root.join("pushed")), want, "pushed to a daemon");
+    let pulled = t.path().join("pulled");
+    let r = tern(&["cp", "-r", &d.url("/pushed"), pulled.to_str().unwrap(), "--token-file", &d.token_arg()], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_eq!(link_groups(&pulled), want, "pulled from a daemon");
+
+    let separate = vec![vec!["a/big".to_string()], vec!["a/s2".to_string()], vec!["alone".to_string()], vec!["b/big2".to_string()], vec!["big3".to_string()], vec!["s".to_string()]];
+    let r = tern(&["cp", "-r", "--no-hard-links", src.to_str().unwrap(), t.path().join("nolinks").to_str().unwrap()], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_same_tree(&src, &t.path().join("nolinks"));
+    assert_eq!(link_groups(&t.path().join("nolinks")), separate);
+    // A daemon without the feature (an older tern): separate files, nothing lost.
+    let old_root = t.path().join("old");
+    fs::create_dir(&old_root).unwrap();
+    let old = Daemon::start_on(&old_root, &t.path().join("token2"), free_port(), &[("TERN_DEBUG_FEATURES", "63")]);
+    let r = tern(&["cp", "-r", src.to_str().unwrap(), &old.url("/x"), "--token-file", &old.token_arg()], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_same_tree(&src, &old_root.join("x"));
+    assert_eq!(link_groups(&old_root.join("x")), separate);
+}
