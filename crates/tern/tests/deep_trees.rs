@@ -112,4 +112,24 @@ fn a_real_tree_under_a_256_descriptor_limit() {
     eprintln!("{}: {} files, {} bytes", src.display(), r.json["files"], r.json["bytes"]);
     assert!(r.ok(), "{}", r.stderr());
     assert_same_tree(&src, &t.path().join("copy"));
+
+    // Into a daemon, both sides under the same limit.
+    fs::create_dir(t.path().join("root")).unwrap();
+    let d = Daemon::start(&t.path().join("root"), &t.path().join("token"));
+    let st = std::process::Command::new("prlimit").arg(format!("--pid={}", d.child.id())).arg("--nofile=256:256").status().unwrap();
+    assert!(st.success());
+    let r = tern_limited(256, &["cp", "-r", src.to_str().unwrap(), &d.url("/real"), "--token-file", &d.token_arg()]);
+    assert!(r.ok(), "daemon: {}", r.stderr());
+    assert_same_tree(&src, &t.path().join("root/real"));
+
+    // Back over ssh, the far side's tern under the same limit too.
+    let Some(sshd) = require_sshd() else { return };
+    let limited = t.path().join("tern-256");
+    fs::write(&limited, format!("#!/bin/sh\nexec prlimit --nofile=256:256 -- {} \"$@\"\n", tern_bin())).unwrap();
+    fs::set_permissions(&limited, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let back = t.path().join("back");
+    let remote = format!("127.0.0.1:{}", t.path().join("root/real").display());
+    let r = tern_limited(256, &["cp", "-r", "--ssh", &sshd.ssh_cmd(), "--remote-bin", limited.to_str().unwrap(), &remote, back.to_str().unwrap()]);
+    assert!(r.ok(), "ssh: {}", r.stderr());
+    assert_same_tree(&src, &back);
 }
