@@ -741,13 +741,8 @@ fn run_sender(
     sending.run(reader, writer, conns, params)
 }
 
-/// Adds data streams while each addition still raises delivered throughput by at least 10 %.
-///
-/// The signal is what the kernel says the sockets delivered (`TCP_INFO`), not bytes written:
-/// new streams bring new socket buffers, which fill at once and would look like a gain. It waits
-/// for slow start to settle before judging, adds half as many streams again per step, and stops
-/// at the first step that does not pay; on a path that is already full, extra streams only add
-/// queueing and losses.
+/// Drives the stream ramp (`tern_proto::ramp`: when to add streams, decided without I/O) with
+/// the clock, what the kernel says the sockets delivered (`TCP_INFO`), and the opener.
 fn start_ramp(progress: Arc<Progress>, initial: &[DataConn], max: u16, opener: Opener, add: Box<dyn Fn(DataConn) + Send>) {
     let mut probes: Vec<TcpStream> = initial.iter().filter_map(|c| c.probe.as_ref().and_then(|p| p.try_clone().ok())).collect();
     if probes.is_empty() {
@@ -756,51 +751,35 @@ fn start_ramp(progress: Arc<Progress>, initial: &[DataConn], max: u16, opener: O
     let start = initial.len() as u32;
     thread::spawn(move || {
         let delivered = |probes: &[TcpStream]| probes.iter().filter_map(crate::transport::delivered_bytes).sum::<u64>();
-        let alive = || Progress::get(&progress.streams) > 0;
-        let rate_over = |probes: &[TcpStream], d: Duration| {
-            let a = delivered(probes);
-            thread::sleep(d);
-            delivered(probes).saturating_sub(a) as f64 / d.as_secs_f64()
-        };
-        // Slow start: wait until the rate stops growing fast (at most 6 s).
-        let mut rate = rate_over(&probes, Duration::from_secs(1));
-        for _ in 0..5 {
-            let next = rate_over(&probes, Duration::from_secs(1));
-            let settled = next < rate * 1.10;
-            rate = next;
-            if settled {
-                break;
-            }
-        }
-        let mut streams = start;
-        // New streams start cold (slow start, and losses while they push into a full queue):
-        // they pay off only if enough transfer is left to warm them up and then use them.
-        const MIN_SECONDS_LEFT: f64 = 8.0;
-        let enough_left = |rate: f64| {
+        let bytes_left = || {
             let moved = Progress::get(&progress.bytes) + Progress::get(&progress.bytes_skipped);
-            Progress::get(&progress.bytes_total).saturating_sub(moved) as f64 > rate * MIN_SECONDS_LEFT
+            Progress::get(&progress.bytes_total).saturating_sub(moved)
         };
-        while streams < max as u32 && alive() && enough_left(rate) {
-            let extra = (streams / 2).max(2).min(max as u32 - streams);
-            for i in streams..streams + extra {
-                match opener(i) {
-                    Some(c) => {
+        let epoch = Instant::now();
+        let mut ramp = tern_proto::ramp::Ramp::new(Duration::ZERO, delivered(&probes), start, max as u32);
+        while let Some(due) = ramp.poll_timeout() {
+            thread::sleep(due.saturating_sub(epoch.elapsed()));
+            if Progress::get(&progress.streams) == 0 {
+                return; // the session is over
+            }
+            match ramp.sample(epoch.elapsed(), delivered(&probes), bytes_left()) {
+                tern_proto::ramp::RampAction::Open(n) => {
+                    let first = ramp.streams() - n;
+                    let mut opened = 0;
+                    for i in first..first + n {
+                        let Some(c) = opener(i) else { break };
                         if let Some(p) = c.probe.as_ref().and_then(|p| p.try_clone().ok()) {
                             probes.push(p);
                         }
-                        add(c)
+                        add(c);
+                        opened += 1;
                     }
-                    None => return,
+                    ramp.opened(n, opened);
+                    tracing::debug!("ramp: {} streams", ramp.streams());
                 }
+                tern_proto::ramp::RampAction::WaitUntil(_) => {}
+                tern_proto::ramp::RampAction::Done => return,
             }
-            streams += extra;
-            thread::sleep(Duration::from_secs(1)); // let the new streams start
-            let new_rate = rate_over(&probes, Duration::from_secs(2));
-            tracing::debug!("ramp: {streams} streams deliver {:.0} MB/s (was {:.0})", new_rate / 1e6, rate / 1e6);
-            if new_rate < rate * 1.10 {
-                return;
-            }
-            rate = new_rate;
         }
     });
 }

@@ -12,6 +12,7 @@ pub mod filter;
 pub mod frame;
 pub mod msg;
 pub mod path;
+pub mod ramp;
 pub mod wire;
 
 pub use frame::{FrameDecoder, FrameHeader};
