@@ -224,7 +224,7 @@ fn observe(m: &Control, book: &Mutex<Book>, progress: &Progress, memory: &Mutex<
                         f.2 = true;
                         Progress::add(&progress.bytes, f.1);
                     }
-                    if memory.finished.insert(f.0.clone()) {
+                    if memory.finished.insert(&f.0) {
                         progress.landed(&f.0, f.1);
                     }
                 }

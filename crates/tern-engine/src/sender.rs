@@ -29,11 +29,47 @@ use crate::seal::TAG_LEN;
 use crate::transport::Closer;
 use crate::walk::{SourceSpec, SrcFile, walk, walk_list};
 
+/// A set of paths kept as 128-bit keyed digests: 16 bytes a path instead of the path, so what a
+/// sender remembers of a tree of millions of files stays small. Two paths would have to collide
+/// under a key chosen at random for this run (about 2^64 paths for an even chance).
+#[derive(Clone)]
+pub struct PathSet {
+    key: [u8; 32],
+    digests: HashSet<u128>,
+}
+
+impl Default for PathSet {
+    fn default() -> Self {
+        Self { key: crate::transport::random(), digests: HashSet::new() }
+    }
+}
+
+impl PathSet {
+    fn digest(&self, path: &[u8]) -> u128 {
+        let h = blake3::keyed_hash(&self.key, path);
+        u128::from_le_bytes(h.as_bytes()[..16].try_into().expect("16 bytes"))
+    }
+    /// True if the path was not in the set.
+    pub fn insert(&mut self, path: &[u8]) -> bool {
+        let d = self.digest(path);
+        self.digests.insert(d)
+    }
+    pub fn contains(&self, path: &[u8]) -> bool {
+        self.digests.contains(&self.digest(path))
+    }
+    pub fn len(&self) -> usize {
+        self.digests.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.digests.is_empty()
+    }
+}
+
 /// What the sending side remembers across reconnects within one run.
 #[derive(Default)]
 pub struct SendMemory {
     /// Manifest paths the receiver confirmed (done or identical): not announced again.
-    pub finished: HashSet<Vec<u8>>,
+    pub finished: PathSet,
     /// Chunks already sent once, per path: sending one again counts as a resend.
     pub sent: HashMap<Vec<u8>, ChunkSet>,
 }
@@ -462,7 +498,7 @@ fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: 
                                 Progress::add(&progress.files_skipped, 1);
                                 Progress::add(&progress.bytes_of_finished, f.info.size);
                             }
-                            mem.finished.insert(f.info.rel.clone());
+                            mem.finished.insert(&f.info.rel);
                             drop(mem);
                             f.finish();
                         }
@@ -509,7 +545,7 @@ fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: 
                             let mut mem = p.memory.lock().unwrap();
                             // Done for good: what was sent of it no longer tells a resend.
                             mem.sent.remove(&f.info.rel);
-                            mem.finished.insert(f.info.rel.clone());
+                            mem.finished.insert(&f.info.rel);
                             drop(mem);
                             f.finish();
                         }
@@ -1066,5 +1102,23 @@ mod reset_tests {
     #[test]
     fn without_the_feature_a_reset_is_a_protocol_error() {
         refused(start(false), Control::StreamReset { index: 0, received: 0 }, "unexpected message");
+    }
+}
+
+#[cfg(test)]
+mod path_set_tests {
+    use super::PathSet;
+
+    #[test]
+    fn remembers_paths_by_digest() {
+        let mut s = PathSet::default();
+        assert!(s.is_empty());
+        assert!(s.insert(b"run/a"));
+        assert!(!s.insert(b"run/a"), "a second insert is no news");
+        assert!(s.contains(b"run/a") && !s.contains(b"run/b") && !s.contains(b"run/a/"));
+        for i in 0..10_000u32 {
+            s.insert(format!("d/{i}").as_bytes());
+        }
+        assert_eq!(s.len(), 10_001, "no two of 10,000 paths share a digest");
     }
 }
