@@ -39,6 +39,10 @@ enum Command {
     /// The managed service's client commands: submit, jobs, status, wait, cancel, retry, token.
     #[command(flatten)]
     Service(crate::service_cli::ServiceCommand),
+    /// Check this host against the data-transfer-node tuning list (socket buffers, congestion
+    /// control, pacing, MTU, NIC errors, CPU governor, limits, clock, file systems of PATHs):
+    /// each finding with why it matters and the command that fixes it.
+    Doctor(crate::doctor::DoctorArgs),
     /// Print a shell completion script: bash, zsh, fish, elvish or powershell (see README, Install).
     Completions {
         #[arg(value_enum)]
@@ -330,6 +334,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Sync(a) => transfer(std::slice::from_ref(&a.src), &a.dst, true, true, a.checksum, Delete { extras: a.delete, from_empty: a.delete_empty_source }, &a.common),
         Command::Serve(a) => serve(a),
+        Command::Doctor(a) => crate::doctor::run(a),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             let mut script = Vec::new();

@@ -1,6 +1,7 @@
 //! `tern`: the command line. Parses arguments into engine settings, shows progress, reports.
 
 mod cli;
+mod doctor;
 mod filter_args;
 mod output;
 mod service_cli;

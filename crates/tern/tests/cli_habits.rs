@@ -98,6 +98,25 @@ fn verbose_lists_files_and_quiet_prints_nothing() {
     assert_same_tree(&src, &t.path().join("d3"));
 }
 
+/// `tern doctor` judges this host for a path and names the fix of each finding (issue 15).
+#[test]
+fn doctor_reports_findings_with_fixes() {
+    let out = tern_plain(&["doctor", "--json", "--rtt-ms", "68", "--rate-gbps", "100", "/"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let findings = v["findings"].as_array().unwrap();
+    let checks: Vec<&str> = findings.iter().map(|f| f["check"].as_str().unwrap()).collect();
+    for c in ["socket buffers", "congestion control", "descriptor limit", "file system"] {
+        assert!(checks.contains(&c), "{c} missing: {checks:?}");
+    }
+    // 100 Gb/s × 68 ms needs 850 MB of buffer; no test host has that.
+    let buffers = &findings[0];
+    assert_eq!((buffers["level"].as_str(), buffers["needs_root"].as_bool()), (Some("warn"), Some(true)), "{buffers}");
+    assert!(buffers["fix"].as_str().unwrap().starts_with("sysctl -w net.core.rmem_max="));
+    let text = tern_plain(&["doctor"]);
+    assert!(String::from_utf8_lossy(&text.stdout).contains("socket buffers"));
+}
+
 #[test]
 fn scp_dash_capital_p_port_is_explained_not_copied() {
     let t = scratch();
