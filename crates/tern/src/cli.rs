@@ -252,6 +252,10 @@ pub(crate) struct Compat {
 
 #[derive(Args)]
 struct ServeArgs {
+    /// Read settings from a TOML file whose keys are these flags without `--` (see
+    /// packaging/tern-serve.example.toml); the command line and the environment override it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// Address for control and data connections, e.g. 0.0.0.0:7700 or [::]:7700.
     #[arg(long, default_value = "0.0.0.0:7700")]
     listen: String,
@@ -301,7 +305,7 @@ impl Cli {
     /// include/exclude rules in their command-line order.
     pub fn parse_all() -> Result<Cli> {
         use clap::{CommandFactory, FromArgMatches};
-        let matches = Cli::command().get_matches();
+        let matches = Cli::command().get_matches_from(crate::serve_config::expand(std::env::args_os().collect())?);
         let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
         let Some((_, sub)) = matches.subcommand() else { return Ok(cli) };
         match &mut cli.command {

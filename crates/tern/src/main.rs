@@ -4,6 +4,7 @@ mod cli;
 mod doctor;
 mod filter_args;
 mod output;
+mod serve_config;
 mod service_cli;
 mod watch_cli;
 

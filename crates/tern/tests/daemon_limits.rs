@@ -348,3 +348,43 @@ fn the_daemon_logs_one_plain_access_line_per_session() {
     let bad = lines.iter().find(|l| l.contains("result=failed")).unwrap_or_else(|| panic!("{text}"));
     assert!(bad.contains("dest=\"/../x\"") && bad.contains("not allowed"), "{bad}");
 }
+
+/// `tern serve --config FILE` (packaging/tern-serve.example.toml): the file's settings apply,
+/// the command line overrides them (a list flag replaces the file's list), and a mistake in the
+/// file is one line naming the file and the key, before anything starts.
+#[test]
+fn serve_reads_a_configuration_file_and_the_command_line_wins() {
+    let t = scratch();
+    let (root, elsewhere) = (t.path().join("root"), t.path().join("elsewhere"));
+    fs::create_dir_all(&root).unwrap();
+    fs::create_dir_all(&elsewhere).unwrap();
+    let conf = t.path().join("serve.toml");
+    fs::write(&conf, format!("listen = \"127.0.0.1:1\"\nroot = [\"{}\"]\nallow-links-out = true\nmax-sessions = 8\n", elsewhere.display())).unwrap();
+    // --listen and --root on the command line (the helper passes both) replace the file's.
+    let d = Daemon::start_with(&root, &t.path().join("token"), 0, &[], &["--config", conf.to_str().unwrap()]);
+    let src = t.path().join("src");
+    write_file(&src.join("f"), 1, 1000);
+    std::os::unix::fs::symlink("/etc/hostname", src.join("abs")).unwrap();
+    let r = tern(&["cp", "-r", src.to_str().unwrap(), &d.url("/src"), "--token-file", &d.token_arg()], &[]);
+    // allow-links-out from the file: the absolute link is created, not refused.
+    assert!(r.ok(), "{}", r.stderr());
+    assert_eq!(fs::read_link(root.join("src/abs")).unwrap(), std::path::Path::new("/etc/hostname"));
+    assert!(fs::read_dir(&elsewhere).unwrap().next().is_none(), "the command line's --root replaced the file's");
+
+    for (text, want) in [("max-sesions = 3\n", "unknown key 'max-sesions'"), ("max-sessions = \"many\"\n", "many"), ("root = \n", "not valid TOML")] {
+        fs::write(&conf, text).unwrap();
+        let mut cmd = std::process::Command::new(tern_bin());
+        cmd.args(["serve", "--config", conf.to_str().unwrap(), "--root", root.to_str().unwrap(), "--token-file", t.path().join("token").to_str().unwrap()]);
+        let out = run_bounded(cmd, Duration::from_secs(20));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{text}: {err}");
+        assert!(err.contains(conf.to_str().unwrap()) && err.contains(want) && err.trim().lines().count() == 1, "{text}: {err}");
+    }
+    // A file anyone may write could name roots and hooks: refused.
+    fs::write(&conf, "max-sessions = 8\n").unwrap();
+    fs::set_permissions(&conf, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+    let mut cmd = std::process::Command::new(tern_bin());
+    cmd.args(["serve", "--config", conf.to_str().unwrap(), "--root", root.to_str().unwrap(), "--token-file", t.path().join("token").to_str().unwrap()]);
+    let out = run_bounded(cmd, Duration::from_secs(20));
+    assert!(out.status.code() == Some(2) && String::from_utf8_lossy(&out.stderr).contains("world-writable"), "{out:?}");
+}
