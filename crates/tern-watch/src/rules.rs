@@ -76,8 +76,20 @@ pub struct Detector {
     log_offset: u64,
     log_partial: Vec<u8>,
     log_pending: VecDeque<String>,
+    /// Lines read from the log, and where each pending unit was named (line number, text).
+    log_lines: u64,
+    named_at: HashMap<String, (u64, String)>,
+    /// The unit at the head of the log's order that does not exist yet, since when.
+    head_missing: Option<(String, Instant)>,
+    /// Units a `tern-skip NAME` line in the log told us to pass over.
+    skipped: HashSet<String>,
+    /// How long a unit the log named may be missing before the watch says so (once).
+    pub missing_grace: Duration,
     warned: HashSet<String>,
 }
+
+/// A log line `tern-skip NAME` passes over a unit the log named that will never appear.
+const SKIP_PREFIX: &str = "tern-skip ";
 
 impl Detector {
     pub fn new(rule: ReadyRule, src: &Path, until: Option<String>, events_ok: bool) -> Self {
@@ -93,6 +105,11 @@ impl Detector {
             log_offset: 0,
             log_partial: Vec::new(),
             log_pending: VecDeque::new(),
+            log_lines: 0,
+            named_at: HashMap::new(),
+            head_missing: None,
+            skipped: HashSet::new(),
+            missing_grace: Duration::from_secs(30),
             warned: HashSet::new(),
         };
         d.rescan();
@@ -187,15 +204,19 @@ impl Detector {
             ReadyRule::Log { file, regex } => {
                 self.read_log(&file, &regex, known);
                 while let Some(name) = self.log_pending.front() {
-                    if known(name) {
-                        self.log_pending.pop_front();
+                    if known(name) || self.skipped.contains(name) {
+                        let name = self.log_pending.pop_front().unwrap();
+                        self.named_at.remove(&name);
                         continue;
                     }
                     // Later units wait, so production order stays the log's order.
                     if !self.src.join(name).exists() {
+                        let name = name.clone();
+                        self.warn_if_missing_too_long(&file, &name, now);
                         break;
                     }
                     let name = self.log_pending.pop_front().unwrap();
+                    self.named_at.remove(&name);
                     take(name, &mut out);
                 }
             }
@@ -253,6 +274,13 @@ impl Detector {
         let Some(end) = self.log_partial.iter().rposition(|&b| b == b'\n') else { return };
         let lines: Vec<u8> = self.log_partial.drain(..=end).collect();
         for line in String::from_utf8_lossy(&lines).lines() {
+            self.log_lines += 1;
+            if let Some(name) = line.strip_prefix(SKIP_PREFIX) {
+                let name = name.trim().to_string();
+                eprintln!("tern watch: {}:{}: skipping unit '{name}' as the log asks", file.display(), self.log_lines);
+                self.skipped.insert(name);
+                continue;
+            }
             let Some(c) = regex.captures(line) else { continue };
             let raw = c.get(1).or_else(|| c.get(0)).map(|m| m.as_str()).unwrap_or("").trim_end_matches('/');
             let p = Path::new(raw);
@@ -261,10 +289,36 @@ impl Detector {
                 self.warn_once(raw, &format!("log line names '{raw}', which is not a top-level entry of {}; skipped (watch the directory that holds the units)", self.src.display()));
                 continue;
             }
-            if !known(rel) && !self.log_pending.iter().any(|n| n == rel) {
+            if !known(rel) && !self.skipped.contains(rel) && !self.log_pending.iter().any(|n| n == rel) {
+                self.named_at.insert(rel.to_string(), (self.log_lines, line.to_string()));
                 self.log_pending.push_back(rel.to_string());
             }
         }
+    }
+
+    /// Says once, after `missing_grace`, that the unit at the head of the log's order has not
+    /// appeared, that later units wait behind it, and how to skip it.
+    fn warn_if_missing_too_long(&mut self, log: &Path, name: &str, now: Instant) {
+        let since = match &self.head_missing {
+            Some((n, t)) if n == name => *t,
+            _ => {
+                self.head_missing = Some((name.to_string(), now));
+                now
+            }
+        };
+        if now.duration_since(since) < self.missing_grace {
+            return;
+        }
+        let (line_no, line) = self.named_at.get(name).cloned().unwrap_or_default();
+        let msg = format!(
+            "{}:{line_no}: '{line}' names unit '{name}', which has not appeared in {} after {} s; the {} unit(s) named after it wait, since units ship in the log's order. To skip it: echo '{SKIP_PREFIX}{name}' >> {}",
+            log.display(),
+            self.src.display(),
+            self.missing_grace.as_secs(),
+            self.log_pending.len().saturating_sub(1),
+            log.display()
+        );
+        self.warn_once(&format!("missing:{name}"), &msg);
     }
 
     /// Units named (by a log) but not ready yet.
@@ -316,6 +370,31 @@ mod tests {
         fs::create_dir(src.join("snap_002")).unwrap();
         fs::OpenOptions::new().append(true).open(&log).unwrap().write_all_at_end(b"02\n");
         assert_eq!(d.poll(&none), vec!["snap_002"]);
+    }
+
+    #[test]
+    fn a_unit_the_log_names_that_never_appears_is_reported_and_can_be_skipped() {
+        let t = tempfile::tempdir().unwrap();
+        let src = t.path().join("out");
+        fs::create_dir(&src).unwrap();
+        let log = t.path().join("sim.log");
+        fs::write(&log, "XFER snap_000\nXFER snap_001\nXFER snap_002\n").unwrap();
+        let mut d = Detector::new(ReadyRule::parse(&format!("log:{}:^XFER (\\S+)", log.display())).unwrap(), &src, None, true);
+        d.missing_grace = Duration::from_millis(50);
+        let none = |_: &str| false;
+        fs::create_dir(src.join("snap_000")).unwrap();
+        fs::create_dir(src.join("snap_002")).unwrap();
+        assert_eq!(d.poll(&none), vec!["snap_000"]);
+        // snap_001 never comes: snap_002 waits behind it, and after the grace the watch says so.
+        assert!(d.poll(&none).is_empty() && d.warned.is_empty());
+        std::thread::sleep(Duration::from_millis(80));
+        assert!(d.poll(&none).is_empty());
+        assert!(d.warned.contains("missing:snap_001"), "{:?}", d.warned);
+        assert_eq!(d.named_at["snap_001"], (2, "XFER snap_001".to_string()));
+        // The user skips it through the log; the next unit ships.
+        fs::OpenOptions::new().append(true).open(&log).unwrap().write_all_at_end(b"tern-skip snap_001\n");
+        assert_eq!(d.poll(&none), vec!["snap_002"]);
+        assert_eq!(d.pending(), 0);
     }
 
     #[test]

@@ -164,6 +164,8 @@ pub fn run(cfg: &Config, shared: &Shared) -> Result<Report, String> {
     }
     let detection = if backend.sees_closes() { "inotify" } else { "poll" };
     let mut det = Detector::new(cfg.rule.clone(), &cfg.src, cfg.until.clone(), backend.sees_closes());
+    // A unit the log named that has not appeared is reported after this long (once).
+    det.missing_grace = cfg.rate_window.min(Duration::from_secs(30));
 
     let (job_tx, job_rx) = unbounded::<ShipJob>();
     let (done_tx, done_rx) = unbounded::<ShipDone>();
