@@ -155,7 +155,7 @@ fn kind_of(st: &rfs::Stat) -> FsKind {
 fn entry(name: Vec<u8>, st: &rfs::Stat, dir: &impl AsFd, name_in_dir: &[u8]) -> FsEntry {
     let kind = kind_of(st);
     let target = if kind == FsKind::Symlink { rfs::readlinkat(dir, name_in_dir, Vec::new()).map(|t| t.into_bytes()).unwrap_or_default() } else { Vec::new() };
-    FsEntry { kind, name, size: st.st_size as u64, mode: st.st_mode, mtime_s: st.st_mtime as i64, mtime_ns: (st.st_mtime_nsec as u32).min(999_999_999), target }
+    FsEntry { kind, name, size: st.st_size as u64, mode: st.st_mode, mtime_s: st.st_mtime, mtime_ns: (st.st_mtime_nsec as u32).min(999_999_999), target }
 }
 
 /// Does the request, as the server (or locally, with `Roots::Home` of the working directory):
@@ -390,6 +390,11 @@ fn glob(roots: &Roots, pattern: &[u8], sink: &mut Sink) -> Result<(), TransferEr
             sink.push(entry(w, &st, &dir, name.as_bytes()))?;
             any = true;
         }
+    }
+    // As a shell without nullglob passes an unmatched pattern on: a file really named
+    // `data[1].h5` is still found by its name.
+    if !any && perform(roots, FsOp::Stat, 0, pattern, sink).is_ok() {
+        return Ok(());
     }
     if !any {
         return Err(TransferError::fatal(side, format!("{}: no match (check the pattern; quote it so the local shell leaves it alone)", show(pattern))).with_kind(ErrorKind::NotFound));

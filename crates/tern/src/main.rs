@@ -2,6 +2,7 @@
 
 mod cli;
 mod filter_args;
+mod fs_cli;
 mod output;
 mod service_cli;
 mod watch_cli;
