@@ -266,3 +266,21 @@ fn an_older_daemon_is_refused_with_one_line() {
     let o = run(&["cp", &d.url("/data/*.h5"), t.path().join("x").to_str().unwrap(), "--token-file", &d.token_arg()]);
     assert_fails(&o, "older tern");
 }
+
+/// A glob on the source daemon of a daemon-to-daemon copy is expanded there, then the matches
+/// go straight from daemon to daemon as any third-party copy.
+#[test]
+fn a_glob_on_the_source_daemon_of_a_third_party_copy() {
+    let t = scratch();
+    let (a_root, b_root) = (t.path().join("a"), t.path().join("b"));
+    sample(&a_root);
+    fs::create_dir(&b_root).unwrap();
+    let token = t.path().join("token");
+    let a = Daemon::start_with(&a_root, &token, 0, &[], &["--dial-allow", "127.0.0.1"]);
+    let b = Daemon::start(&b_root, &token);
+    let o = run(&["cp", &a.url("/data/*.h5"), &b.url("/h5/"), "--token-file", &a.token_arg()]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(fs::read(b_root.join("h5/a.h5")).unwrap(), data(1, 1000));
+    assert_eq!(fs::read(b_root.join("h5/b.h5")).unwrap(), data(2, 2000));
+    assert_eq!(fs::read_dir(b_root.join("h5")).unwrap().count(), 2);
+}
