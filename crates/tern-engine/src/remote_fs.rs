@@ -169,6 +169,18 @@ pub(crate) fn perform(roots: &Roots, op: FsOp, flags: u8, wire: &[u8], sink: &mu
     if op == FsOp::Glob {
         return glob(roots, wire, sink);
     }
+    // A daemon with several roots shows them as the directories of its `/`.
+    if let Roots::Confined(list) = roots
+        && list.len() > 1
+        && op == FsOp::List
+        && !Path::new(OsStr::from_bytes(wire)).components().any(|c| matches!(c, Component::Normal(_) | Component::ParentDir))
+    {
+        for (name, dir) in list {
+            let fd = fsops::open_dir(None, dir).map_err(|e| fail("daemon root unavailable", name.as_bytes(), &e))?;
+            sink.push(entry(name.as_bytes().to_vec(), &rfs::fstat(&fd).map_err(|e| fail("daemon root unavailable", name.as_bytes(), &io::Error::from(e)))?, &fd, b"."))?;
+        }
+        return Ok(());
+    }
     let t = target(roots, wire)?;
     let path = t.path();
     let b = beneath(

@@ -69,8 +69,9 @@ pub(crate) struct MkdirArgs {
     /// Make missing parents too; an existing directory is fine.
     #[arg(short = 'p', long)]
     parents: bool,
-    /// path, [user@]host:path or tern://host[:port]/path.
-    endpoint: String,
+    /// One or more: path, [user@]host:path or tern://host[:port]/path.
+    #[arg(required = true)]
+    endpoints: Vec<String>,
     #[command(flatten)]
     conn: ConnArgs,
 }
@@ -83,8 +84,9 @@ pub(crate) struct RmArgs {
     /// A path that does not exist is no error.
     #[arg(short = 'f', long)]
     force: bool,
-    /// path, [user@]host:path or tern://host[:port]/path.
-    endpoint: String,
+    /// One or more: path, [user@]host:path or tern://host[:port]/path.
+    #[arg(required = true)]
+    endpoints: Vec<String>,
     #[command(flatten)]
     conn: ConnArgs,
 }
@@ -122,14 +124,14 @@ fn spec(ep: &Endpoint, c: &ConnArgs) -> ClientSpec {
 
 /// Runs one request; an error is one line on stderr and exit status 1 (2: the endpoint does not
 /// parse, a usage error).
-fn ask(endpoint: &str, c: &ConnArgs, op: FsOp, flags: u8) -> Result<Vec<FsEntry>, ExitCode> {
+fn ask(endpoint: &str, c: &ConnArgs, op: FsOp, flags: u8) -> Result<Vec<FsEntry>, u8> {
     let ep = Endpoint::parse(endpoint).map_err(|e| {
         eprintln!("tern: {e}");
-        ExitCode::from(2)
+        2
     })?;
     tern_engine::remote_fs::request(&spec(&ep, c), &ep, op, flags).map_err(|e| {
         eprintln!("tern: {e}");
-        ExitCode::from(1)
+        1
     })
 }
 
@@ -137,7 +139,7 @@ pub(crate) fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
     let flags = if a.recursive { FS_RECURSIVE } else { 0 };
     let entries = match ask(&a.endpoint, &a.conn, FsOp::List, flags) {
         Ok(e) => e,
-        Err(code) => return Ok(code),
+        Err(code) => return Ok(ExitCode::from(code)),
     };
     let mut out = Vec::new();
     for e in &entries {
@@ -157,7 +159,7 @@ pub(crate) fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
 pub(crate) fn stat(a: StatArgs) -> anyhow::Result<ExitCode> {
     let entries = match ask(&a.endpoint, &a.conn, FsOp::Stat, 0) {
         Ok(e) => e,
-        Err(code) => return Ok(code),
+        Err(code) => return Ok(ExitCode::from(code)),
     };
     let mut out = String::new();
     for e in &entries {
@@ -180,12 +182,24 @@ pub(crate) fn stat(a: StatArgs) -> anyhow::Result<ExitCode> {
 
 pub(crate) fn mkdir(a: MkdirArgs) -> anyhow::Result<ExitCode> {
     let flags = if a.parents { FS_PARENTS } else { 0 };
-    Ok(ask(&a.endpoint, &a.conn, FsOp::Mkdir, flags).map_or_else(|c| c, |_| ExitCode::SUCCESS))
+    Ok(each(&a.endpoints, &a.conn, FsOp::Mkdir, flags))
 }
 
 pub(crate) fn rm(a: RmArgs) -> anyhow::Result<ExitCode> {
     let flags = if a.recursive { FS_RECURSIVE } else { 0 } | if a.force { FS_FORCE } else { 0 };
-    Ok(ask(&a.endpoint, &a.conn, FsOp::Remove, flags).map_or_else(|c| c, |_| ExitCode::SUCCESS))
+    Ok(each(&a.endpoints, &a.conn, FsOp::Remove, flags))
+}
+
+/// As rm and mkdir do: every endpoint in turn, a failure reported and the rest still done;
+/// exit 1 if any failed (2 if one did not parse).
+fn each(endpoints: &[String], c: &ConnArgs, op: FsOp, flags: u8) -> ExitCode {
+    let mut worst = 0u8;
+    for ep in endpoints {
+        if let Err(code) = ask(ep, c, op, flags) {
+            worst = worst.max(code);
+        }
+    }
+    ExitCode::from(worst)
 }
 
 fn json(e: &FsEntry) -> serde_json::Value {

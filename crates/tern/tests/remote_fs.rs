@@ -100,6 +100,11 @@ fn exercise(prefix: &str, extra: &[&str], local: &Path) {
     assert!(local.join("new/a/b").is_dir());
     assert!(with(&["rm", "-r", &at("new")]).status.success());
     assert!(!local.join("new").exists());
+    // Several at once, as rm does: a missing one is reported, the others still go.
+    assert!(with(&["mkdir", &at("m1"), &at("m2")]).status.success());
+    let o = with(&["rm", "-r", &at("m1"), &at("missing"), &at("m2")]);
+    assert_fails(&o, "missing");
+    assert!(!local.join("m1").exists() && !local.join("m2").exists());
     assert!(with(&["rm", &at("data/link")]).status.success());
     assert!(!local.join("data/link").exists() && local.join("data/a.h5").exists(), "the link went, not its target");
 }
@@ -283,4 +288,25 @@ fn a_glob_on_the_source_daemon_of_a_third_party_copy() {
     assert_eq!(fs::read(b_root.join("h5/a.h5")).unwrap(), data(1, 1000));
     assert_eq!(fs::read(b_root.join("h5/b.h5")).unwrap(), data(2, 2000));
     assert_eq!(fs::read_dir(b_root.join("h5")).unwrap().count(), 2);
+}
+
+/// A daemon with several roots lists them as its `/`; each is a root (never removed).
+#[test]
+fn a_daemon_with_several_roots_lists_them() {
+    let t = scratch();
+    let (a, b) = (t.path().join("a"), t.path().join("b"));
+    sample(&a);
+    fs::create_dir(&b).unwrap();
+    let spec = format!("alpha={}", a.display());
+    let d = Daemon::start_with(Path::new(&spec), &t.path().join("token"), 0, &[], &["--root", &format!("beta={}", b.display())]);
+    let tok = d.token_arg();
+    let o = run(&["ls", "--json", &d.url("/"), "--token-file", &tok]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(names(&o), ["alpha", "beta"]);
+    let o = run(&["ls", &d.url("/alpha/data"), "--token-file", &tok]);
+    assert!(text(&o).lines().any(|l| l == "a.h5"), "{}", text(&o));
+    assert_fails(&run(&["rm", "-r", &d.url("/beta"), "--token-file", &tok]), "root");
+    assert_fails(&run(&["ls", &d.url("/gamma"), "--token-file", &tok]), "no such root");
+    assert!(run(&["mkdir", &d.url("/beta/x"), "--token-file", &tok]).status.success());
+    assert!(b.join("x").is_dir() && a.join("data").is_dir());
 }
