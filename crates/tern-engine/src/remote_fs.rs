@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use rustix::fs::{self as rfs, Mode, OFlags};
 use tern_proto::glob::{ComponentGlob, has_meta};
-use tern_proto::msg::{FEATURE_FS_OPS, FS_ENTRIES_BYTES, FS_FORCE, FS_PARENTS, FS_RECURSIVE, MAX_FS_ENTRIES};
+use tern_proto::msg::{FEATURE_FS_OPS, FS_ENTRIES_BYTES, FS_FORCE, FS_PARENTS, FS_RECURSIVE, MAX_FS_BYTES, MAX_FS_ENTRIES};
 use tern_proto::{Control, FsEntry, FsKind, FsOp};
 
 use crate::control::CtrlWriter;
@@ -44,11 +44,12 @@ pub(crate) struct Sink<'a> {
     batch: Vec<FsEntry>,
     bytes: usize,
     count: u64,
+    total_bytes: usize,
 }
 
 impl<'a> Sink<'a> {
     pub(crate) fn new(out: &'a mut dyn FnMut(Vec<FsEntry>) -> Result<(), TransferError>) -> Self {
-        Self { out, batch: Vec::new(), bytes: 0, count: 0 }
+        Self { out, batch: Vec::new(), bytes: 0, count: 0, total_bytes: 0 }
     }
 
     fn push(&mut self, e: FsEntry) -> Result<(), TransferError> {
@@ -58,8 +59,13 @@ impl<'a> Sink<'a> {
         if e.name.len() > tern_proto::limits::MAX_PATH {
             return Err(TransferError::fatal(Side::Source, format!("{}...: a path longer than {} bytes cannot be listed; list a deeper directory", show(&e.name[..64]), tern_proto::limits::MAX_PATH)));
         }
+        let size = entry_bytes(&e);
+        if self.total_bytes + size > MAX_FS_BYTES {
+            return Err(too_many());
+        }
         self.count += 1;
-        self.bytes += e.name.len() + e.target.len() + 32;
+        self.total_bytes += size;
+        self.bytes += size;
         self.batch.push(e);
         if self.batch.len() >= tern_proto::limits::MAX_LIST || self.bytes >= FS_ENTRIES_BYTES {
             self.flush()?;
@@ -76,8 +82,12 @@ impl<'a> Sink<'a> {
     }
 }
 
+fn entry_bytes(e: &FsEntry) -> usize {
+    e.name.len() + e.target.len() + 32
+}
+
 fn too_many() -> TransferError {
-    TransferError::fatal(Side::Source, format!("more than {MAX_FS_ENTRIES} entries; list a subdirectory (or a narrower pattern)"))
+    TransferError::fatal(Side::Source, format!("more than {MAX_FS_ENTRIES} entries or {} MiB of names; list a subdirectory (or a narrower pattern)", MAX_FS_BYTES >> 20))
 }
 
 /// A request's path once resolved: a root (never removed) or an entry in a parent directory.
@@ -452,6 +462,7 @@ pub fn request(spec: &ClientSpec, ep: &Endpoint, op: FsOp, flags: u8) -> Result<
     }
     let progress = Arc::new(Progress::default());
     let mut s = crate::session::ControlSession::open(spec, ep, &progress)?;
+    let mut bytes = 0usize;
     let r = (|| {
         if s.features & FEATURE_FS_OPS == 0 {
             return Err(TransferError::fatal(Side::Network, format!("{} runs an older tern without remote ls/stat/mkdir/rm or globs; upgrade it there (or pass --install-remote over ssh)", s.peer)));
@@ -460,7 +471,8 @@ pub fn request(spec: &ClientSpec, ep: &Endpoint, op: FsOp, flags: u8) -> Result<
         loop {
             match s.reader.recv()? {
                 Control::FsEntries(batch) => {
-                    if out.len() + batch.len() > MAX_FS_ENTRIES {
+                    bytes += batch.iter().map(entry_bytes).sum::<usize>();
+                    if out.len() + batch.len() > MAX_FS_ENTRIES || bytes > MAX_FS_BYTES {
                         return Err(too_many());
                     }
                     out.extend(batch);
@@ -576,5 +588,24 @@ mod tests {
         sink.flush().unwrap();
         assert_eq!(batches.iter().sum::<usize>(), 5000);
         assert!(batches.iter().all(|&n| n * 232 <= FS_ENTRIES_BYTES + 232), "{batches:?}");
+    }
+
+    #[test]
+    fn the_sink_stops_at_its_caps() {
+        let mut drop_all = |_: Vec<FsEntry>| Ok(());
+        let e = |len: usize| FsEntry { kind: FsKind::File, name: vec![b'x'; len], size: 0, mode: 0, mtime_s: 0, mtime_ns: 0, target: vec![] };
+        let mut sink = Sink::new(&mut drop_all);
+        for _ in 0..MAX_FS_ENTRIES {
+            sink.push(e(1)).unwrap();
+        }
+        assert!(sink.push(e(1)).unwrap_err().message.contains("more than"));
+        let mut drop_all = |_: Vec<FsEntry>| Ok(());
+        let mut sink = Sink::new(&mut drop_all);
+        let fits = MAX_FS_BYTES / (4096 + 32);
+        for _ in 0..fits {
+            sink.push(e(4096)).unwrap();
+        }
+        assert!(sink.push(e(4096)).is_err(), "the byte cap");
+        assert!(sink.push(e(4097)).is_err(), "a name longer than the protocol allows");
     }
 }

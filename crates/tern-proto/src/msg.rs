@@ -140,6 +140,9 @@ pub const FEATURE_STREAM_RESET: u64 = 32;
 pub const FEATURE_FS_OPS: u64 = 64;
 /// Most entries one `FsRequest` is answered with in all (and directory entries a glob visits).
 pub const MAX_FS_ENTRIES: usize = 1_000_000;
+/// Most bytes of names and targets one answer carries in all (a million paths of 4 KiB would be
+/// 4 GiB in a client's memory).
+pub const MAX_FS_BYTES: usize = 256 << 20;
 /// Bytes of names and targets a sender puts in one `FsEntries` (the frame is at most 1 MiB).
 pub const FS_ENTRIES_BYTES: usize = 512 << 10;
 
