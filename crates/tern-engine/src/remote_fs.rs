@@ -224,7 +224,8 @@ pub(crate) fn perform(roots: &Roots, op: FsOp, flags: u8, wire: &[u8], sink: &mu
     }
 }
 
-/// `EXDEV` and `ELOOP` from a descriptor opened beneath a root mean a link leads out of it.
+/// `EXDEV` from a descriptor opened beneath a root means a link leads out of it (without
+/// openat2 the stricter component walk says `ELOOP` for any link, and is reported as such).
 fn refine(e: &io::Error) -> io::Error {
     match e.raw_os_error() {
         Some(libc::EXDEV) => io::Error::other("the path leaves the daemon's root through a symlink; refused"),
