@@ -1,7 +1,9 @@
 //! The control handshake: versions, mutual proof of the shared secret, and the session key.
 
 use tern_proto::auth::{Party, control_proof, proofs_equal, session_key};
-use tern_proto::msg::{FEATURE_EARLY_DATA_ADDR, FEATURE_FILE_LIST, FEATURE_FILTERS, FEATURE_HARD_LINKS, FEATURE_IGNORE_EXISTING, FEATURE_STREAM_RESET, FEATURE_THIRD_PARTY, negotiate_version};
+use tern_proto::msg::{
+    FEATURE_EARLY_DATA_ADDR, FEATURE_FILE_LIST, FEATURE_FILTERS, FEATURE_FS_OPS, FEATURE_HARD_LINKS, FEATURE_IGNORE_EXISTING, FEATURE_STREAM_RESET, FEATURE_THIRD_PARTY, negotiate_version,
+};
 use tern_proto::{Control, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
 
 use crate::control::{CtrlReader, CtrlWriter};
@@ -12,7 +14,7 @@ use crate::transport::random;
 pub(crate) fn our_features() -> u64 {
     crate::faults::faults()
         .features
-        .unwrap_or(FEATURE_THIRD_PARTY | FEATURE_EARLY_DATA_ADDR | FEATURE_FILTERS | FEATURE_FILE_LIST | FEATURE_IGNORE_EXISTING | FEATURE_STREAM_RESET | FEATURE_HARD_LINKS)
+        .unwrap_or(FEATURE_THIRD_PARTY | FEATURE_EARLY_DATA_ADDR | FEATURE_FILTERS | FEATURE_FILE_LIST | FEATURE_IGNORE_EXISTING | FEATURE_STREAM_RESET | FEATURE_HARD_LINKS | FEATURE_FS_OPS)
 }
 
 fn hello(features: u64) -> Control {

@@ -3,14 +3,14 @@
 //! command. A client can never make the daemon run a command of its choosing.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use tern_proto::Control;
 
-use crate::control::{CtrlReader, CtrlWriter};
+use crate::control::CtrlWriter;
 use crate::error::{Side, TransferError};
 use crate::server::Roots;
 use crate::session::ClientSpec;
@@ -37,11 +37,7 @@ pub fn run_on_daemon(spec: &ClientSpec, name: &str, path: &str) -> Result<(), Tr
     let key = tern_proto::auth::token_key(&token);
     let addr = format!("{}:{port}", crate::session::bracket(host));
     let sock = crate::session::connect(&addr)?;
-    (&sock).write_all(b"C").map_err(crate::control::net_err)?;
-    let (halves, exporter) = crate::transport::tls_control_client(sock).map_err(|e| TransferError::network(format!("{addr}: TLS handshake failed: {e}")))?;
-    let mut reader = CtrlReader::new(halves.reader);
-    let writer = CtrlWriter::new(halves.writer);
-    crate::handshake::client(&mut reader, &writer, &key, &exporter, &format!("the daemon at {addr}"), true, None)?;
+    let (mut reader, writer, _, _) = crate::session::daemon_handshake(sock, &addr, &key)?;
     writer.send(&Control::Hook { name: name.to_string(), path: path.as_bytes().to_vec() })?;
     match reader.recv()? {
         Control::HookDone { status: 0, .. } => Ok(()),

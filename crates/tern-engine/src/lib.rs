@@ -22,6 +22,7 @@ pub mod progress;
 pub mod ratelimit;
 pub mod receiver;
 pub mod relay;
+pub mod remote_fs;
 pub mod seal;
 pub mod sender;
 pub mod server;

@@ -1180,7 +1180,7 @@ fn extras(root: &DestRoot, keep: &HashSet<Vec<u8>>, filter: &Filter) -> Vec<Vec<
 /// Removes `rel` and, if it is a directory, everything under it, each step relative to a
 /// directory opened beneath the root without following links (a link is removed, not entered).
 /// Depth-first with an explicit stack and one open directory at a time.
-fn remove_tree(root: &DestRoot, rel: &[u8]) -> std::io::Result<()> {
+pub(crate) fn remove_tree(root: &DestRoot, rel: &[u8]) -> std::io::Result<()> {
     let mut stack = vec![(rel.to_vec(), false)];
     while let Some((rel, emptied)) = stack.pop() {
         let parent_dir = root.dir_no_links(parent(&rel))?;

@@ -210,6 +210,12 @@ pub fn serve_session(
             }
             return crate::hook::serve(hooks, roots, &name, &path, &writer).map(|_| Summary::default());
         }
+        Control::FsRequest { op, flags, path } => {
+            if let Some(d) = daemon {
+                d.record(format!("auth=token op={} flags={flags} path={:?}", op.as_str(), String::from_utf8_lossy(&path)));
+            }
+            return crate::remote_fs::serve(roots, op, flags, &path, &writer).map(|_| Summary::default());
+        }
         _ => return Err(TransferError::fatal(Side::Network, "expected an open request")),
     };
     let prepared = (|| -> Result<_, TransferError> {

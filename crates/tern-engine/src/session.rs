@@ -273,17 +273,73 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
             initial_streams(spec, &mut options, connecting.elapsed());
             let preconnected = preconnect_streams(&sock, options.streams, !options.no_encrypt(), spec.bufsize);
             tune_socket(&sock, None);
-            (&sock).write_all(b"C").map_err(crate::control::net_err)?;
-            let (halves, exporter) = tls_control_client(sock).map_err(|e| TransferError::network(format!("{addr}: TLS handshake failed: {e}")))?;
-            let mut reader = CtrlReader::new(halves.reader);
-            let writer = Arc::new(CtrlWriter::new(halves.writer));
-            let (session_key, _, features) = crate::handshake::client(&mut reader, &writer, &key, &exporter, &format!("the daemon at {addr}"), true, None)?;
+            let (reader, writer, session_key, features) = daemon_handshake(sock, &addr, &key)?;
+            let writer = Arc::new(writer);
             send_filters(&writer, features, spec, !push, &format!("the daemon at {addr}"))?;
             // An older peer: further names of a file go as files, as before.
             options.set_hard_links(options.hard_links() && features & FEATURE_HARD_LINKS != 0);
             // A daemon takes data on the port we reached it on; its own view of its address (in
             // `Ready`) is wrong behind a port forward, NAT or relay.
             run_remote(spec, &mut options, progress, memory, rate, reader, writer, session_key, push, path, &bracket(host), Some(addr.as_str()), None, preconnected, resets_with(features))
+        }
+    }
+}
+
+/// A daemon's control channel on a connected socket: the kind byte, TLS, `Hello` and `Auth`
+/// (pipelined). The reader, writer, session key and the daemon's feature bits.
+pub(crate) fn daemon_handshake(sock: TcpStream, addr: &str, key: &[u8; 32]) -> Result<(CtrlReader, CtrlWriter, [u8; 32], u64), TransferError> {
+    (&sock).write_all(b"C").map_err(crate::control::net_err)?;
+    let (halves, exporter) = tls_control_client(sock).map_err(|e| TransferError::network(format!("{addr}: TLS handshake failed: {e}")))?;
+    let mut reader = CtrlReader::new(halves.reader);
+    let writer = CtrlWriter::new(halves.writer);
+    let (session_key, _, features) = crate::handshake::client(&mut reader, &writer, key, &exporter, &format!("the daemon at {addr}"), true, None)?;
+    Ok((reader, writer, session_key, features))
+}
+
+/// An authenticated control channel to an ssh host's `tern _remote` or a daemon, with no data
+/// streams and nothing opened yet: for requests that are not transfers (`remote_fs`). It is
+/// connected exactly as a transfer's (ssh launch and install, `--token-file`).
+pub struct ControlSession {
+    pub reader: CtrlReader,
+    pub writer: CtrlWriter,
+    /// The server's Hello feature bits.
+    pub features: u64,
+    /// The far side, for messages: `the daemon at h:7700`, `the tern on user@h`.
+    pub peer: String,
+    ssh: Option<SshConn>,
+}
+
+impl ControlSession {
+    pub fn open(spec: &ClientSpec, remote: &Endpoint, progress: &Arc<Progress>) -> Result<Self, TransferError> {
+        match remote {
+            Endpoint::Local(_) => Err(TransferError::fatal(Side::Network, "a local path needs no control session")),
+            Endpoint::Ssh { host, port, .. } => {
+                let secret = random::<32>();
+                let key = tern_proto::auth::token_key(hex(&secret).as_bytes());
+                let mut conn = SshConn::spawn(spec, host, *port, &secret, None, progress)?;
+                let mut reader = CtrlReader::new(conn.stdout.take().unwrap());
+                let writer = CtrlWriter::new(conn.stdin.take().unwrap());
+                match crate::handshake::client(&mut reader, &writer, &key, &[0; 32], host, true, None) {
+                    Ok((_, _, features)) => Ok(Self { reader, writer, features, peer: format!("the tern on {host}"), ssh: Some(conn) }),
+                    Err(e) => Err(conn.explain(e)),
+                }
+            }
+            Endpoint::Daemon { host, port, .. } => {
+                let token = read_token(spec)?;
+                let key = tern_proto::auth::token_key(&token);
+                let addr = format!("{}:{port}", bracket(host));
+                let sock = connect(&addr)?;
+                let (reader, writer, _, features) = daemon_handshake(sock, &addr, &key)?;
+                Ok(Self { reader, writer, features, peer: format!("the daemon at {addr}"), ssh: None })
+            }
+        }
+    }
+
+    /// Turns a bare "connection closed" over ssh into what ssh or the remote shell said.
+    pub fn explain(&mut self, e: TransferError) -> TransferError {
+        match &mut self.ssh {
+            Some(c) => c.explain(e),
+            None => e,
         }
     }
 }

@@ -10,13 +10,14 @@ pub mod chunk;
 pub mod data;
 pub mod filter;
 pub mod frame;
+pub mod glob;
 pub mod msg;
 pub mod path;
 pub mod ramp;
 pub mod wire;
 
 pub use frame::{FrameDecoder, FrameHeader};
-pub use msg::{Control, Entry, EntryKind, Options, Side};
+pub use msg::{Control, Entry, EntryKind, FsEntry, FsKind, FsOp, Options, Side};
 
 /// Version of the protocol this build speaks. Peers negotiate the highest common version.
 pub const PROTOCOL_VERSION: u16 = 1;

@@ -142,6 +142,101 @@ pub const FEATURE_STREAM_RESET: u64 = 32;
 /// Hello feature bit: this peer sends (as the sender) and makes (as the receiver) hard links,
 /// entry kind 3, when option bit 14 is set. An older peer would refuse the kind.
 pub const FEATURE_HARD_LINKS: u64 = 64;
+/// Hello feature bit: this peer answers `FsRequest` (`tern ls`, `stat`, `mkdir`, `rm`, remote
+/// globs). A client refuses to send one to a peer without it, naming the upgrade.
+pub const FEATURE_FS_OPS: u64 = 128;
+/// Most entries one `FsRequest` is answered with in all (and directory entries a glob visits).
+pub const MAX_FS_ENTRIES: usize = 1_000_000;
+/// Most bytes of names and targets one answer carries in all (a million paths of 4 KiB would be
+/// 4 GiB in a client's memory).
+pub const MAX_FS_BYTES: usize = 256 << 20;
+/// Bytes of names and targets a sender puts in one `FsEntries` (the frame is at most 1 MiB).
+pub const FS_ENTRIES_BYTES: usize = 512 << 10;
+
+/// What an `FsRequest` asks the server to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsOp {
+    List,
+    Stat,
+    Mkdir,
+    Remove,
+    Glob,
+}
+
+impl FsOp {
+    /// The command's name, for logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FsOp::List => "ls",
+            FsOp::Stat => "stat",
+            FsOp::Mkdir => "mkdir",
+            FsOp::Remove => "rm",
+            FsOp::Glob => "glob",
+        }
+    }
+    fn to_u8(self) -> u8 {
+        match self {
+            FsOp::List => 0,
+            FsOp::Stat => 1,
+            FsOp::Mkdir => 2,
+            FsOp::Remove => 3,
+            FsOp::Glob => 4,
+        }
+    }
+    fn from_u8(v: u8) -> Result<Self, ProtoError> {
+        Ok(match v {
+            0 => FsOp::List,
+            1 => FsOp::Stat,
+            2 => FsOp::Mkdir,
+            3 => FsOp::Remove,
+            4 => FsOp::Glob,
+            _ => return Err(ProtoError::Invalid { what: "file-system op", why: "unknown value" }),
+        })
+    }
+}
+
+/// `FsRequest` flag: list recursively (`ls -R`), remove a directory's tree (`rm -r`).
+pub const FS_RECURSIVE: u8 = 1;
+/// `FsRequest` flag: make missing parents, an existing directory is fine (`mkdir -p`).
+pub const FS_PARENTS: u8 = 2;
+/// `FsRequest` flag: a missing path is no error (`rm -f`).
+pub const FS_FORCE: u8 = 4;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsKind {
+    File,
+    Dir,
+    Symlink,
+    /// A fifo, socket or device.
+    Other,
+}
+
+impl FsKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FsKind::File => "file",
+            FsKind::Dir => "dir",
+            FsKind::Symlink => "symlink",
+            FsKind::Other => "other",
+        }
+    }
+}
+
+/// One entry of an `FsEntries` answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FsEntry {
+    pub kind: FsKind,
+    /// Relative to the listed directory (list), as requested (stat), or a matching path (glob).
+    pub name: Vec<u8>,
+    pub size: u64,
+    /// `st_mode`, type bits included.
+    pub mode: u32,
+    pub mtime_s: i64,
+    pub mtime_ns: u32,
+    /// Symlink target, empty otherwise.
+    pub target: Vec<u8>,
+}
+
 /// Most paths one transfer's `FileList` messages may carry in all.
 pub const MAX_FILE_LIST: usize = 1_000_000;
 /// Most bytes of paths they may carry in all (a million paths of 4 KiB would be 4 GiB).
@@ -292,6 +387,18 @@ pub enum Control {
         chunks: u64,
         bytes: u64,
     },
+    /// Instead of `Open` (`FEATURE_FS_OPS`): list, stat, mkdir, remove or glob `path`.
+    FsRequest {
+        op: FsOp,
+        flags: u8,
+        path: Vec<u8>,
+    },
+    /// Part of the answer to `FsRequest`.
+    FsEntries(Vec<FsEntry>),
+    /// The answer is complete: `count` entries in all.
+    FsEnd {
+        count: u64,
+    },
 }
 
 const MAGIC: &[u8; 4] = b"TERN";
@@ -325,6 +432,9 @@ impl Control {
             Control::StreamReset { .. } => 24,
             Control::Resending { .. } => 25,
             Control::RecordBad { .. } => 26,
+            Control::FsRequest { .. } => 27,
+            Control::FsEntries(_) => 28,
+            Control::FsEnd { .. } => 29,
         }
     }
 
@@ -457,6 +567,24 @@ impl Control {
                 for p in paths {
                     w.bytes(p);
                 }
+            }
+            Control::FsRequest { op, flags, path } => {
+                w.u8(op.to_u8()).u8(*flags).bytes(path);
+            }
+            Control::FsEntries(entries) => {
+                w.u32(entries.len() as u32);
+                for e in entries {
+                    w.u8(match e.kind {
+                        FsKind::File => 0,
+                        FsKind::Dir => 1,
+                        FsKind::Symlink => 2,
+                        FsKind::Other => 3,
+                    });
+                    w.bytes(&e.name).u64(e.size).u32(e.mode).i64(e.mtime_s).u32(e.mtime_ns).bytes(&e.target);
+                }
+            }
+            Control::FsEnd { count } => {
+                w.u64(*count);
             }
         }
         encode_frame(self.type_byte(), &w.buf)
@@ -633,6 +761,39 @@ impl Control {
                 }
                 Control::FileList(paths)
             }
+            27 => {
+                let op = FsOp::from_u8(r.u8("file-system op")?)?;
+                let flags = r.u8("file-system flags")?;
+                if flags & !(FS_RECURSIVE | FS_PARENTS | FS_FORCE) != 0 {
+                    return Err(ProtoError::Invalid { what: "file-system flags", why: "unknown bit" });
+                }
+                Control::FsRequest { op, flags, path: r.bytes("file-system path", limits::MAX_PATH)?.to_vec() }
+            }
+            28 => {
+                let n = r.count("file-system entries")?;
+                let mut entries = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let kind = match r.u8("entry kind")? {
+                        0 => FsKind::File,
+                        1 => FsKind::Dir,
+                        2 => FsKind::Symlink,
+                        3 => FsKind::Other,
+                        _ => return Err(ProtoError::Invalid { what: "entry kind", why: "unknown value" }),
+                    };
+                    let name = r.bytes("entry name", limits::MAX_PATH)?.to_vec();
+                    let (size, mode, mtime_s, mtime_ns) = (r.u64("size")?, r.u32("mode")?, r.i64("mtime")?, r.u32("mtime_ns")?);
+                    if mtime_ns >= 1_000_000_000 {
+                        return Err(ProtoError::Invalid { what: "mtime", why: "nanoseconds out of range" });
+                    }
+                    let target = r.bytes("symlink target", limits::MAX_PATH)?.to_vec();
+                    if kind != FsKind::Symlink && !target.is_empty() {
+                        return Err(ProtoError::Invalid { what: "entry", why: "target on a non-symlink" });
+                    }
+                    entries.push(FsEntry { kind, name, size, mode, mtime_s, mtime_ns, target });
+                }
+                Control::FsEntries(entries)
+            }
+            29 => Control::FsEnd { count: r.u64("entry count")? },
             other => return Err(ProtoError::UnknownType(other)),
         };
         r.finish()?;
@@ -722,6 +883,41 @@ mod tests {
         tp.set_third_party(true);
         assert!(tp.third_party() && !opts.third_party());
         roundtrip(Control::Open { server_role: Role::Sender, options: tp, sources: vec![b"/x".to_vec()], destination: vec![] });
+        roundtrip(Control::FsRequest { op: FsOp::Remove, flags: FS_RECURSIVE | FS_FORCE, path: b"/data/\xffold".to_vec() });
+        roundtrip(Control::FsRequest { op: FsOp::Glob, flags: 0, path: b"run_??/*.h5".to_vec() });
+        let link = FsEntry { kind: FsKind::Symlink, name: b"sub/l".to_vec(), size: 3, mode: 0o120777, mtime_s: -1, mtime_ns: 999_999_999, target: b"../x".to_vec() };
+        let file = FsEntry { kind: FsKind::File, name: b"a.h5".to_vec(), size: 1 << 40, mode: 0o100644, mtime_s: 1_700_000_000, mtime_ns: 0, target: vec![] };
+        roundtrip(Control::FsEntries(vec![link, file]));
+        roundtrip(Control::FsEntries(vec![]));
+        roundtrip(Control::FsEnd { count: 2 });
+    }
+
+    #[test]
+    fn refuses_bad_fs_requests_and_entries() {
+        let mut w = Writer::new();
+        w.u8(9).u8(0).bytes(b"/x");
+        assert!(Control::decode(27, &w.buf).is_err(), "unknown op");
+        let mut w = Writer::new();
+        w.u8(0).u8(8).bytes(b"/x");
+        assert!(Control::decode(27, &w.buf).is_err(), "unknown flag bit");
+        let mut w = Writer::new();
+        w.u8(4).u8(0).bytes(&[b'*'; limits::MAX_PATH + 1]);
+        assert!(matches!(Control::decode(27, &w.buf), Err(ProtoError::TooLong { .. })), "an oversized pattern");
+        let mut w = Writer::new();
+        w.u32(limits::MAX_LIST as u32 + 1);
+        assert!(matches!(Control::decode(28, &w.buf), Err(ProtoError::TooLong { .. })));
+        let mut w = Writer::new();
+        w.u32(1).u8(0).bytes(b"f").u64(0).u32(0).i64(0).u32(0).bytes(b"target");
+        assert!(Control::decode(28, &w.buf).is_err(), "a target on a file");
+        let mut w = Writer::new();
+        w.u32(1).u8(1).bytes(b"d").u64(0).u32(0).i64(0).u32(1_000_000_000).bytes(b"");
+        assert!(Control::decode(28, &w.buf).is_err(), "nanoseconds out of range");
+        let mut w = Writer::new();
+        w.u32(1).u8(7).bytes(b"d").u64(0).u32(0).i64(0).u32(0).bytes(b"");
+        assert!(Control::decode(28, &w.buf).is_err(), "unknown kind");
+        let mut bytes = Control::FsEnd { count: 1 }.encode();
+        bytes.push(0);
+        assert_eq!(Control::decode(29, &bytes[5..]), Err(ProtoError::TrailingBytes(1)));
     }
 
     #[test]
@@ -754,7 +950,7 @@ mod tests {
     fn feature_bits_are_distinct() {
         assert_eq!(FEATURE_THIRD_PARTY & FEATURE_EARLY_DATA_ADDR, 0);
         assert_eq!(FEATURE_EARLY_DATA_ADDR, 1 << 1);
-        let all = [FEATURE_THIRD_PARTY, FEATURE_EARLY_DATA_ADDR, FEATURE_FILTERS, FEATURE_FILE_LIST, FEATURE_IGNORE_EXISTING, FEATURE_STREAM_RESET, FEATURE_HARD_LINKS];
+        let all = [FEATURE_THIRD_PARTY, FEATURE_EARLY_DATA_ADDR, FEATURE_FILTERS, FEATURE_FILE_LIST, FEATURE_IGNORE_EXISTING, FEATURE_STREAM_RESET, FEATURE_HARD_LINKS, FEATURE_FS_OPS];
         assert_eq!(all.iter().fold(0, |a, b| a | b).count_ones() as usize, all.len());
     }
 

@@ -34,6 +34,14 @@ enum Command {
     Sync(SyncArgs),
     /// Run a daemon serving its roots to clients holding the token.
     Serve(ServeArgs),
+    /// List a directory: a path, [user@]host:path or tern://host[:port]/path (-l long, -R recursive, --json).
+    Ls(crate::fs_cli::LsArgs),
+    /// Show one entry's type, size, mode and mtime (a final symlink is not followed).
+    Stat(crate::fs_cli::StatArgs),
+    /// Create a directory, locally, over ssh or on a daemon (-p: with its parents).
+    Mkdir(crate::fs_cli::MkdirArgs),
+    /// Remove a file or symlink (-r: a directory tree, never following links; -f: missing is fine).
+    Rm(crate::fs_cli::RmArgs),
     /// Ship each unit (file or snapshot directory) of SRC_DIR to DST as soon as it is complete.
     Watch(crate::watch_cli::WatchArgs),
     /// The managed service's client commands: submit, jobs, status, wait, cancel, retry, token.
@@ -339,6 +347,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Sync(a) => transfer(std::slice::from_ref(&a.src), &a.dst, true, true, a.checksum, Delete { extras: a.delete, from_empty: a.delete_empty_source }, &a.common),
         Command::Serve(a) => serve(a),
         Command::Doctor(a) => crate::doctor::run(a),
+        Command::Ls(a) => crate::fs_cli::ls(a),
+        Command::Stat(a) => crate::fs_cli::stat(a),
+        Command::Mkdir(a) => crate::fs_cli::mkdir(a),
+        Command::Rm(a) => crate::fs_cli::rm(a),
         Command::Completions { shell } => {
             use clap::CommandFactory;
             let mut script = Vec::new();
@@ -389,7 +401,11 @@ fn transfer(srcs: &[String], dst: &str, recursive: bool, sync: bool, checksum: b
     let progress = Arc::new(Progress::default());
     let srcs = &usable_sources(srcs, dst, recursive, c.dry_run, &progress)?;
     refuse_copy_into_itself(srcs, dst, sync || c.files_from.is_some() || srcs.iter().any(|s| contents_of(s)))?;
-    let spec = client_spec(srcs, dst, recursive, sync, checksum, delete, c)?;
+    let mut spec = client_spec(srcs, dst, recursive, sync, checksum, delete, c)?;
+    // Remote globs (`'host:/dir/*.h5'`) are expanded on the far side, as scp and rsync do.
+    if !sync && let Err(e) = tern_engine::remote_fs::expand_sources(&mut spec) {
+        return Ok(output::report(&progress, Err(e), 0.0, c.json, c.dry_run, c.quiet));
+    }
     if c.compat.compress && !c.quiet {
         eprintln!("tern: -z ignored: tern does not compress; data moves at network speed without it (most scientific data does not compress anyway)");
     }

@@ -3,6 +3,7 @@
 mod cli;
 mod doctor;
 mod filter_args;
+mod fs_cli;
 mod output;
 mod serve_config;
 mod service_cli;
