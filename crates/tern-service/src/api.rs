@@ -197,6 +197,7 @@ fn table() -> Routes {
         .add("DELETE", "/v1/tokens/{id}", delete(revoke_token))
         .add("GET", "/metrics", get(metrics))
         .add("GET", "/healthz", get(healthz))
+        .add("GET", "/v1/fs", get(browse))
         .add("GET", "/openapi.json", get(openapi))
 }
 
@@ -491,6 +492,39 @@ async fn revoke_token(State(st): State<S>, auth: Auth, Path(id): Path<String>) -
 }
 
 // ---------- metrics, OpenAPI ----------
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BrowseQuery {
+    path: Option<String>,
+}
+
+/// `GET /v1/fs?path=DIR`: the entries of a directory a job of this token may use (beneath the
+/// job roots and the token's prefix, judged as at submit); without `path`, where to start.
+async fn browse(State(st): State<S>, auth: Auth, q: Result<Query<BrowseQuery>, QueryRejection>) -> ApiResult<Json<Value>> {
+    auth.require(Scope::Transfer)?;
+    let Query(q) = q?;
+    let (policy, token) = (st.policy.clone(), auth.0.clone());
+    // The listing is made by the service's own user; a token whose jobs run as another
+    // account would see what that account may not: it lists with `tern ls` as that user.
+    if token.run_as.is_some() && crate::runas::is_root() {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!("token {} runs its jobs as '{}', and the service lists directories as itself; list them as that user with tern ls", token.id, token.run_as.as_deref().unwrap_or("")),
+        ));
+    }
+    let prefix = token.path_prefix.clone();
+    let Some(path) = q.path else {
+        let starts = policy.roots.starts(prefix.as_deref());
+        return Ok(Json(json!({ "path": null, "entries": starts.iter().map(|p| json!({ "name": p.display().to_string(), "kind": "dir", "size": 0, "mtime": 0 })).collect::<Vec<_>>(), "omitted": 0 })));
+    };
+    let listed = tokio::task::spawn_blocking(move || policy.roots.list_dir(&path, prefix.as_deref()))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, format!("listing: {e}")))?
+        .map_err(|m| ApiError::new(StatusCode::FORBIDDEN, m))?;
+    let (real, entries, omitted) = listed;
+    Ok(Json(json!({ "path": real.display().to_string(), "entries": entries, "omitted": omitted })))
+}
 
 /// `GET /healthz`: no token; answers once the API serves and the database answers.
 async fn healthz(State(st): State<S>) -> ApiResult<Json<Value>> {

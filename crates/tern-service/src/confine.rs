@@ -108,6 +108,70 @@ impl Roots {
     }
 }
 
+/// One entry of a directory listing (the dashboard's file browser).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Listed {
+    pub name: String,
+    /// "dir", "file", "symlink" or "other".
+    pub kind: &'static str,
+    pub size: u64,
+    pub mtime: i64,
+}
+
+/// Most entries one listing returns (the rest are counted).
+pub const MAX_LISTED: usize = 5000;
+
+impl Roots {
+    /// The directories a token may start browsing from: its prefix, else the roots.
+    pub fn starts(&self, prefix: Option<&str>) -> Vec<PathBuf> {
+        match prefix {
+            Some(p) => vec![PathBuf::from(p)],
+            None => self.roots.clone(),
+        }
+    }
+
+    /// Lists directory `path` as the kernel resolves it beneath the roots and the token's prefix
+    /// (the same judgement as `check`), through the descriptor it opened: directories first,
+    /// then by name, at most `MAX_LISTED` (the count of the rest is returned too).
+    pub fn list_dir(&self, path: &str, prefix: Option<&str>) -> Result<(PathBuf, Vec<Listed>, usize), String> {
+        let real = self.check("path", path, prefix)?;
+        let want: PathBuf = Path::new(path).components().filter(|c| *c != Component::CurDir).collect();
+        // `check` answers for the deepest part that exists; a listing needs all of it.
+        let fd = rustix::fs::open(&real, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW, Mode::empty()).map_err(|e| format!("'{path}': cannot list it: {e}"))?;
+        let opened = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd))).map_err(|e| format!("'{path}': {e}"))?;
+        if opened != real {
+            return Err(format!("'{path}' changed while it was opened; try again"));
+        }
+        if !want.exists() {
+            return Err(format!("'{path}': no such directory"));
+        }
+        let mut dir = rustix::fs::Dir::read_from(&fd).map_err(|e| format!("'{path}': cannot list it: {e}"))?;
+        let mut out = Vec::new();
+        let mut more = 0usize;
+        while let Some(entry) = dir.read() {
+            let Ok(entry) = entry else { break };
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name == "." || name == ".." {
+                continue;
+            }
+            if out.len() >= MAX_LISTED {
+                more += 1;
+                continue;
+            }
+            let Ok(st) = rustix::fs::statat(&fd, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW) else { continue };
+            let kind = match st.st_mode & libc::S_IFMT {
+                libc::S_IFDIR => "dir",
+                libc::S_IFREG => "file",
+                libc::S_IFLNK => "symlink",
+                _ => "other",
+            };
+            out.push(Listed { name, kind, size: st.st_size as u64, mtime: st.st_mtime });
+        }
+        out.sort_by(|a, b| (a.kind != "dir", &a.name).cmp(&(b.kind != "dir", &b.name)));
+        Ok((real, out, more))
+    }
+}
+
 /// `openat2(dir, rel, O_PATH | extra, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | resolve)`.
 fn beneath(dir: &impl AsFd, rel: &Path, extra: OFlags, resolve: ResolveFlags) -> Result<OwnedFd, Errno> {
     let rel = if rel.as_os_str().is_empty() { Path::new(".") } else { rel };

@@ -115,6 +115,13 @@ try {
 
   // ---- a slow job: submit, watch it move and the chart draw ----
   await page.click('nav a[data-view=submit]');
+  // The source picked with the file browser: the job root, then run42, then "use this folder".
+  await page.click('#src-browse-open');
+  await page.locator('#src-browse-list button').first().click();
+  await page.locator('#src-browse-list button', { hasText: /^run42\/$/ }).click();
+  await page.click('#src-browse-use');
+  const picked = await page.inputValue('#src');
+  check(picked.endsWith('/run42') && (await page.isHidden('#src-browse')), 'the file browser fills the source', picked);
   await page.fill('#src', env('TERN_DASH_SRC'));
   await page.fill('#dst', env('TERN_DASH_DST'));
   await page.fill('#label', 'run42 to archive');

@@ -698,6 +698,52 @@ function drawChart(canvas, samples, job) {
   ctx.beginPath(); ctx.arc(lx, ly, 3.5, 0, Math.PI * 2); ctx.fill();
 }
 
+// ---------- file browser ----------
+
+// A panel that lists the service host's directories a job of this token may use
+// (GET /v1/fs) and fills `target` with the chosen path.
+function fileBrowser(target, id) {
+  const list = h('ul', { class: 'browse-list', id: id + '-list' });
+  const where = h('code', { class: 'browse-path' });
+  const msg = h('p', { class: 'form-error', role: 'alert' });
+  const up = h('button', { class: 'btn ghost', type: 'button', text: 'Up' });
+  const use = h('button', { class: 'btn', type: 'button', id: id + '-use', text: 'Use this folder' });
+  const panel = h('div', { class: 'browse', id, role: 'region', 'aria-label': 'Directories on the service host', hidden: true },
+    h('div', { class: 'browse-head' }, where, up, use), msg, list);
+  let current = null;
+  const parent = (p) => p.replace(/\/[^/]*\/?$/, '') || '/';
+  // `orStart`: above a root (or the token's prefix), go back to the list of starting points.
+  async function open(path, orStart) {
+    msg.textContent = '';
+    try {
+      const r = await api('GET', '/v1/fs' + (path ? '?path=' + encodeURIComponent(path) : ''));
+      current = r.path;
+      where.textContent = current || 'Start here';
+      up.disabled = !current;
+      use.disabled = !current;
+      list.replaceChildren(...r.entries.map((e) => {
+        const full = current ? current.replace(/\/$/, '') + '/' + e.name : e.name;
+        const pick = e.kind === 'dir'
+          ? h('button', { type: 'button', class: 'linkish', text: e.name + '/', onclick: () => open(full) })
+          : h('button', { type: 'button', class: 'linkish', text: e.name, onclick: () => { target.value = full; panel.hidden = true; target.focus(); } });
+        return h('li', { class: 'kind-' + e.kind }, pick, e.kind === 'file' ? h('span', { class: 'muted', text: ' ' + fmtBytes(e.size) }) : null);
+      }));
+      if (r.omitted) list.append(h('li', { class: 'muted', text: r.omitted + ' more not shown' }));
+    } catch (e) {
+      if (orStart) return open(null);
+      msg.textContent = e.message;
+    }
+  }
+  up.addEventListener('click', () => current && open(parent(current), true));
+  use.addEventListener('click', () => { if (current) { target.value = current; panel.hidden = true; target.focus(); } });
+  const button = h('button', { class: 'btn ghost', type: 'button', id: id + '-open', text: 'Browse…', 'aria-controls': id,
+    onclick: () => {
+      panel.hidden = !panel.hidden;
+      if (!panel.hidden) open(target.value.trim().startsWith('/') ? target.value.trim() : null);
+    } });
+  return { button, panel };
+}
+
 // ---------- view: submit ----------
 
 function submitView() {
@@ -720,9 +766,14 @@ function submitView() {
   const err = h('p', { class: 'form-error', role: 'alert' });
   const go = h('button', { class: 'btn primary', type: 'submit', text: 'Start transfer' });
   const endpointsHint = 'A path on the service host, user@host:/path (ssh) or tern://host:port/path' + (prefix ? '; must be under ' + prefix : '') + '.';
+  const srcBrowse = fileBrowser(src, 'src-browse');
+  const dstBrowse = fileBrowser(dst, 'dst-browse');
+  const withBrowse = (input, b) => h('div', { class: 'with-browse' }, input, b.button);
   const form = h('form', { class: 'grid panel', method: 'post', novalidate: true, 'aria-labelledby': 'submit-title' },
-    field('src', 'Source', src, endpointsHint, true),
-    field('dst', 'Destination', dst, 'Copies land inside it when it is a directory, as with cp -r.', true),
+    field('src', 'Source', withBrowse(src, srcBrowse), endpointsHint, true),
+    h('div', { class: 'field wide' }, srcBrowse.panel),
+    field('dst', 'Destination', withBrowse(dst, dstBrowse), 'Copies land inside it when it is a directory, as with cp -r.', true),
+    h('div', { class: 'field wide' }, dstBrowse.panel),
     field('label', 'Label', label, 'Optional; shown in the list and notifications.'),
     field('notify', 'Notify URL', notify, 'Optional webhook called with the job when it ends.'),
     h('div', { class: 'field wide' }, h('label', { class: 'check', for: 'sync' }, sync, 'Sync (only send what differs; needed for checksum/delete)')),

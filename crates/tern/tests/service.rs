@@ -1261,3 +1261,42 @@ fn service_state_is_private_and_operator_endpoints_work() {
     let out = run_bounded(cmd, Duration::from_secs(60));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// The dashboard's file browser (GET /v1/fs) lists only what a job of the token may use: beneath
+/// the job roots and the token's prefix as the kernel resolves them, never the state directory,
+/// never through a link out; without a path, where to start.
+#[test]
+fn service_lists_directories_only_where_the_token_may_go() {
+    let t = scratch();
+    let s = Service::start(t.path(), &[], &[]);
+    let data = t.path().join("data");
+    write_file(&data.join("alice/in/a.txt"), 8, 1234);
+    write_file(&data.join("bob/secret.txt"), 7, 100);
+    std::os::unix::fs::symlink("../bob", data.join("alice/bobl")).unwrap();
+    std::os::unix::fs::symlink("/etc", data.join("alice/etcl")).unwrap();
+    let base = t.path().canonicalize().unwrap();
+    let alice = s.token("transfer", &["--path", base.join("data/alice").to_str().unwrap()]);
+    let c = s.client(&alice);
+    let q = |p: &std::path::Path| format!("/v1/fs?path={}", p.to_str().unwrap().replace('/', "%2F"));
+    let v = c.call("GET", "/v1/fs", None).unwrap();
+    assert_eq!(v["entries"][0]["name"], base.join("data/alice").to_str().unwrap(), "alice starts at her prefix: {v}");
+    let v = c.call("GET", &q(&base.join("data/alice")), None).unwrap();
+    let names: Vec<(&str, &str)> = v["entries"].as_array().unwrap().iter().map(|e| (e["name"].as_str().unwrap(), e["kind"].as_str().unwrap())).collect();
+    assert_eq!(names, [("in", "dir"), ("bobl", "symlink"), ("etcl", "symlink")], "directories first, links as links: {v}");
+    let v = c.call("GET", &q(&base.join("data/alice/in")), None).unwrap();
+    assert_eq!((v["entries"][0]["name"].as_str(), v["entries"][0]["size"].as_u64()), (Some("a.txt"), Some(1234)));
+    // Attacker's requests: outside the prefix, through a link out, the state directory, `..`.
+    for bad in [base.join("data/bob"), base.join("data/alice/bobl"), base.join("data/alice/etcl"), base.join("state"), std::path::PathBuf::from("/etc"), base.join("data/alice/../bob")] {
+        let e = c.call("GET", &q(&bad), None).unwrap_err();
+        assert_eq!(e.status, 403, "{}: {e:?}", bad.display());
+    }
+    assert!(c.call("GET", &q(&base.join("data/alice/nope")), None).unwrap_err().status == 403);
+    // An admin (no prefix) starts at the job roots and may not list the state directory either.
+    let admin = s.client(&s.admin());
+    let v = admin.call("GET", "/v1/fs", None).unwrap();
+    assert_eq!(v["entries"][0]["name"], base.to_str().unwrap(), "{v}");
+    assert_eq!(admin.call("GET", &q(&base.join("state")), None).unwrap_err().status, 403);
+    // A read token may not browse.
+    let reader = s.client(&s.token("read", &[]));
+    assert_eq!(reader.call("GET", "/v1/fs", None).unwrap_err().status, 403);
+}
