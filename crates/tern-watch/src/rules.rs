@@ -18,7 +18,7 @@ pub enum ReadyRule {
     /// A top-level file closed after writing (inotify `IN_CLOSE_WRITE`).
     Close,
     /// A marker file matching the glob names the unit it completes.
-    Marker { glob: glob::Pattern, prefix: String, suffix: String },
+    Marker { glob: globset::GlobMatcher, prefix: String, suffix: String },
     /// A line of the log matching the regex names a unit (group 1, or the whole match).
     Log { file: PathBuf, regex: regex::Regex },
     /// Size, file count and newest mtime unchanged for this long.
@@ -31,7 +31,7 @@ impl ReadyRule {
             return Ok(ReadyRule::Close);
         }
         if let Some(g) = s.strip_prefix("marker:") {
-            let glob = glob::Pattern::new(g).map_err(|e| format!("--ready {s}: bad glob: {e}"))?;
+            let glob = globset::Glob::new(g).map_err(|e| format!("--ready {s}: bad glob: {}", e.kind()))?.compile_matcher();
             let (Some(first), Some(last)) = (g.find('*'), g.rfind('*')) else {
                 return Err(format!("--ready {s}: the glob needs a '*' standing for the unit's name, e.g. marker:'*.done'"));
             };
@@ -54,7 +54,7 @@ impl ReadyRule {
     /// Files of the watched directory that are never units under this rule.
     fn excludes(&self, name: &str) -> bool {
         match self {
-            ReadyRule::Marker { glob, .. } => glob.matches(name),
+            ReadyRule::Marker { glob, .. } => glob.is_match(name),
             _ => false,
         }
     }
@@ -187,7 +187,7 @@ impl Detector {
             ReadyRule::Marker { prefix, suffix, glob } => {
                 // Markers in the order they appeared, then by name.
                 let mut markers: Vec<(i128, String)> =
-                    units::top_level(&self.src).unwrap_or_default().into_iter().filter(|n| glob.matches(n)).filter_map(|n| units::measure(&self.src.join(&n)).ok().map(|m| (m.newest, n))).collect();
+                    units::top_level(&self.src).unwrap_or_default().into_iter().filter(|n| glob.is_match(n)).filter_map(|n| units::measure(&self.src.join(&n)).ok().map(|m| (m.newest, n))).collect();
                 markers.sort();
                 for (_, marker) in markers {
                     let name = marker.strip_prefix(prefix.as_str()).and_then(|r| r.strip_suffix(suffix.as_str())).unwrap_or("").to_string();

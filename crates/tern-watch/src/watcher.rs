@@ -476,7 +476,7 @@ impl Loop<'_> {
 
     fn unready_any(&self, det: &Detector) -> Vec<String> {
         let excluded: HashSet<String> = match &self.cfg.rule {
-            ReadyRule::Marker { glob, .. } => units::top_level(&self.cfg.src).unwrap_or_default().into_iter().filter(|n| glob.matches(n)).collect(),
+            ReadyRule::Marker { glob, .. } => units::top_level(&self.cfg.src).unwrap_or_default().into_iter().filter(|n| glob.is_match(n)).collect(),
             _ => HashSet::new(),
         };
         let full = self.cfg.max_units.is_some_and(|m| self.state.next_seq() >= m);
