@@ -18,7 +18,7 @@ use crate::output;
 
 #[derive(Parser)]
 #[command(name = "tern", version, about = "Move scientific data at the speed of the network, as simply as scp")]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
     /// More log output (-v info, -vv debug), on stderr.
@@ -311,7 +311,7 @@ struct ServeArgs {
 impl Cli {
     /// Parses the command line (exiting on usage errors, as clap does) and collects the
     /// include/exclude rules in their command-line order.
-    pub fn parse_all() -> Result<Cli> {
+    pub(crate) fn parse_all() -> Result<Cli> {
         use clap::{CommandFactory, FromArgMatches};
         let matches = Cli::command().get_matches_from(crate::serve_config::expand(std::env::args_os().collect())?);
         let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
@@ -330,7 +330,7 @@ impl Cli {
 /// `-v`: transfers list each file as it lands, as rsync -v does.
 static VERBOSE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
-pub fn run(cli: Cli) -> Result<ExitCode> {
+pub(crate) fn run(cli: Cli) -> Result<ExitCode> {
     crate::init_logging(cli.verbose);
     VERBOSE.store(cli.verbose, std::sync::atomic::Ordering::Relaxed);
     match cli.command {
@@ -754,7 +754,7 @@ fn load_or_create_token(path: &PathBuf) -> Result<Vec<u8>> {
 }
 
 /// `4M`, `64k`, `1G`, `1048576`: binary units.
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim().trim_end_matches(['B', 'b']).trim_end_matches('i');
     let (num, mult) = match t.chars().last() {
         Some('k' | 'K') => (&t[..t.len() - 1], 1u64 << 10),

@@ -12,7 +12,7 @@ use clap::Args;
 use serde::Serialize;
 
 #[derive(Args)]
-pub struct DoctorArgs {
+pub(crate) struct DoctorArgs {
     /// Directories data will be read from or written to (their file systems are checked).
     paths: Vec<PathBuf>,
     /// The path to tune for: its round-trip time in ms (default 100, fasterdata's reference).
@@ -28,7 +28,7 @@ pub struct DoctorArgs {
 
 /// What was read from the host (None: could not be read).
 #[derive(Debug, Default, Clone, Serialize)]
-pub struct Facts {
+pub(crate) struct Facts {
     pub rmem_max: Option<u64>,
     pub wmem_max: Option<u64>,
     /// The third (max) field of net.ipv4.tcp_rmem / tcp_wmem.
@@ -49,7 +49,7 @@ pub struct Facts {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Nic {
+pub(crate) struct Nic {
     pub name: String,
     pub mtu: Option<u32>,
     pub speed_mbps: Option<u64>,
@@ -57,21 +57,21 @@ pub struct Nic {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Fs {
+pub(crate) struct Fs {
     pub path: String,
     pub kind: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Level {
+pub(crate) enum Level {
     Ok,
     Info,
     Warn,
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Finding {
+pub(crate) struct Finding {
     pub check: &'static str,
     pub level: Level,
     pub seen: String,
@@ -95,7 +95,7 @@ fn last_field(path: &str) -> Option<u64> {
 }
 
 impl Facts {
-    pub fn gather(paths: &[PathBuf]) -> Self {
+    pub(crate) fn gather(paths: &[PathBuf]) -> Self {
         let mut nics = Vec::new();
         if let Ok(dir) = std::fs::read_dir("/sys/class/net") {
             for e in dir.flatten() {
@@ -180,7 +180,7 @@ fn fs_kind(path: &Path) -> String {
 }
 
 /// The host against the path to tune for (`rtt_ms`, `rate_gbps`).
-pub fn findings(f: &Facts, rtt_ms: f64, rate_gbps: f64) -> Vec<Finding> {
+pub(crate) fn findings(f: &Facts, rtt_ms: f64, rate_gbps: f64) -> Vec<Finding> {
     let mut out = Vec::new();
     let bdp = (rate_gbps * 1e9 / 8.0 * rtt_ms / 1e3) as u64;
     // fasterdata: buffers of about twice the BDP, so loss recovery does not stall the window.
@@ -316,7 +316,7 @@ pub fn findings(f: &Facts, rtt_ms: f64, rate_gbps: f64) -> Vec<Finding> {
     out
 }
 
-pub fn run(a: DoctorArgs) -> Result<ExitCode> {
+pub(crate) fn run(a: DoctorArgs) -> Result<ExitCode> {
     let facts = Facts::gather(&a.paths);
     let rate = a.rate_gbps.unwrap_or_else(|| facts.nics.iter().filter_map(|n| n.speed_mbps).max().map_or(10.0, |m| m as f64 / 1000.0)).max(0.001);
     let list = findings(&facts, a.rtt_ms.max(0.1), rate);

@@ -16,8 +16,8 @@ use tern_proto::msg::Summary;
 /// Decimal units everywhere (live display, summary, `tern status`, dashboard): sizes in kB, MB,
 /// GB, TB as disks and networks are sold, rates in MB/s with Gb/s beside them where a network
 /// rate is the question.
-pub mod units {
-    pub fn size(bytes: u64) -> String {
+pub(crate) mod units {
+    pub(crate) fn size(bytes: u64) -> String {
         let b = bytes as f64;
         match b {
             b if b >= 1e12 => format!("{:.2} TB", b / 1e12),
@@ -28,15 +28,15 @@ pub mod units {
         }
     }
 
-    pub fn rate(bytes_per_s: f64) -> String {
+    pub(crate) fn rate(bytes_per_s: f64) -> String {
         format!("{}/s", size(bytes_per_s.max(0.0) as u64))
     }
 
-    pub fn bits(bytes_per_s: f64) -> String {
+    pub(crate) fn bits(bytes_per_s: f64) -> String {
         format!("{:.2} Gb/s", bytes_per_s.max(0.0) * 8.0 / 1e9)
     }
 
-    pub fn duration(secs: f64) -> String {
+    pub(crate) fn duration(secs: f64) -> String {
         let s = secs.max(0.0).round() as u64;
         match s {
             s if s >= 3600 => format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60),
@@ -89,7 +89,7 @@ fn snapshot(p: &Progress, window: &mut RateWindow) -> Snapshot {
     Snapshot { done, total, rate, eta, reconnecting }
 }
 
-pub struct Display {
+pub(crate) struct Display {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<()>,
     bar: ProgressBar,
@@ -97,7 +97,7 @@ pub struct Display {
 
 impl Display {
     /// A 10 Hz ticker reads the counters; the engine never touches the terminal.
-    pub fn start(p: Arc<Progress>) -> Self {
+    pub(crate) fn start(p: Arc<Progress>) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let bar = ProgressBar::new(0);
@@ -125,11 +125,11 @@ impl Display {
         Self { stop, thread, bar }
     }
 
-    pub fn bar(&self) -> ProgressBar {
+    pub(crate) fn bar(&self) -> ProgressBar {
         self.bar.clone()
     }
 
-    pub fn finish(self) {
+    pub(crate) fn finish(self) {
         self.stop.store(true, Ordering::Relaxed);
         let _ = self.thread.join();
     }
@@ -137,13 +137,13 @@ impl Display {
 
 /// One JSON line per second on stdout with the counters, for a supervising process:
 /// `{"type": "progress", "progress": {...}}`; the final `--json` object has `"type": "summary"`.
-pub struct JsonTicker {
+pub(crate) struct JsonTicker {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<()>,
 }
 
 impl JsonTicker {
-    pub fn start(p: Arc<Progress>) -> Self {
+    pub(crate) fn start(p: Arc<Progress>) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let thread = std::thread::spawn(move || {
@@ -180,7 +180,7 @@ impl JsonTicker {
         Self { stop, thread }
     }
 
-    pub fn finish(self) {
+    pub(crate) fn finish(self) {
         self.stop.store(true, Ordering::Relaxed);
         let _ = self.thread.join();
     }
@@ -191,7 +191,7 @@ fn error_json(e: &TransferError) -> serde_json::Value {
 }
 
 /// Prints the outcome and picks the exit status: 0 only if every file landed verified.
-pub fn report(p: &Progress, result: Result<Summary, TransferError>, seconds: f64, as_json: bool, dry_run: bool, quiet: bool) -> ExitCode {
+pub(crate) fn report(p: &Progress, result: Result<Summary, TransferError>, seconds: f64, as_json: bool, dry_run: bool, quiet: bool) -> ExitCode {
     let errors = p.errors.lock().unwrap().clone();
     let ok = result.is_ok() && errors.is_empty() && Progress::get(&p.files_failed) == 0;
     let bytes = Progress::get(&p.bytes);

@@ -37,7 +37,7 @@ fn config_path(args: &[OsString]) -> Option<(usize, OsString)> {
 }
 
 /// The command line with the file's settings spliced in after `serve`, or as it was.
-pub fn expand(args: Vec<OsString>) -> Result<Vec<OsString>> {
+pub(crate) fn expand(args: Vec<OsString>) -> Result<Vec<OsString>> {
     let Some((serve, path)) = config_path(&args) else { return Ok(args) };
     let path = Path::new(&path);
     let text = std::fs::read_to_string(path).with_context(|| format!("tern serve --config {}: cannot read it", path.display()))?;

@@ -14,7 +14,7 @@ use tern_service::client::Client;
 
 /// Flags `tern serve` gains for the service.
 #[derive(Args)]
-pub struct ServeService {
+pub(crate) struct ServeService {
     /// Also serve the managed-transfer API over HTTPS here, e.g. 0.0.0.0:7443 (off by default).
     #[arg(long, value_name = "ADDR")]
     http_listen: Option<String>,
@@ -67,7 +67,7 @@ pub struct ServeService {
 
 /// Starts the service thread if `--http-listen` was given; otherwise does nothing at all.
 /// `daemon_roots`: the daemon's `--root` directories, the default job roots.
-pub fn start(a: &ServeService, daemon_roots: &[PathBuf]) -> Result<()> {
+pub(crate) fn start(a: &ServeService, daemon_roots: &[PathBuf]) -> Result<()> {
     let Some(listen) = &a.http_listen else { return Ok(()) };
     let state_dir = a.state_dir.clone().unwrap_or_else(tern_service::default_state_dir);
     std::fs::create_dir_all(&state_dir).with_context(|| format!("cannot create state directory {}", state_dir.display()))?;
@@ -100,7 +100,7 @@ pub fn start(a: &ServeService, daemon_roots: &[PathBuf]) -> Result<()> {
 }
 
 #[derive(Args)]
-pub struct Conn {
+pub(crate) struct Conn {
     /// The service, e.g. https://dtn1:7443.
     #[arg(long, env = "TERN_SERVER")]
     server: Option<String>,
@@ -140,7 +140,7 @@ fn read_private(f: &str) -> Result<String> {
 }
 
 #[derive(Subcommand)]
-pub enum ServiceCommand {
+pub(crate) enum ServiceCommand {
     /// Hand a transfer to a tern service and return; prints the job id.
     Submit(Box<SubmitArgs>),
     /// List jobs, newest first.
@@ -189,7 +189,7 @@ pub enum ServiceCommand {
 }
 
 #[derive(Args)]
-pub struct SubmitArgs {
+pub(crate) struct SubmitArgs {
     /// Source: a path on the service's host, [user@]host:path or tern://host[:port]/path.
     src: String,
     /// Destination, same forms.
@@ -279,7 +279,7 @@ pub struct SubmitArgs {
 }
 
 #[derive(Subcommand)]
-pub enum TokenCommand {
+pub(crate) enum TokenCommand {
     /// Create a token; its secret is printed once.
     Create {
         #[arg(long, value_parser = ["read", "transfer", "admin"])]
@@ -311,7 +311,7 @@ pub enum TokenCommand {
     },
 }
 
-pub fn run(c: ServiceCommand) -> Result<ExitCode> {
+pub(crate) fn run(c: ServiceCommand) -> Result<ExitCode> {
     match c {
         ServiceCommand::Submit(a) => submit(*a),
         ServiceCommand::Jobs { state, limit, conn } => {

@@ -16,7 +16,7 @@ use tern_watch::{ReadyRule, Shared};
 use crate::cli::Common;
 
 #[derive(Args)]
-pub struct WatchArgs {
+pub(crate) struct WatchArgs {
     /// The directory the producer writes into; each top-level file or directory is a unit.
     src_dir: PathBuf,
     /// Where units land, as DST/NAME: a path, [user@]host:path or tern://host[:port]/path.
@@ -60,7 +60,7 @@ pub struct WatchArgs {
     pub(crate) common: Common,
 }
 
-pub fn run(a: WatchArgs) -> Result<ExitCode> {
+pub(crate) fn run(a: WatchArgs) -> Result<ExitCode> {
     let c = &a.common;
     if c.files_from.is_some() {
         anyhow::bail!("--files-from does not apply to tern watch (it ships whole units as they appear)");

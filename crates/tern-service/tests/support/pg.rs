@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub struct Postgres {
+pub(crate) struct Postgres {
     child: Child,
     pub port: u16,
     bin: PathBuf,
@@ -43,7 +43,7 @@ fn run(mut cmd: Command, what: &str) {
 }
 
 impl Postgres {
-    pub fn start() -> Option<Self> {
+    pub(crate) fn start() -> Option<Self> {
         let Some(bin) = bin_dir() else {
             eprintln!("SKIP: PostgreSQL is not installed (apt-get install postgresql; scripts/test.sh does)");
             return None;
@@ -78,19 +78,19 @@ impl Postgres {
     }
 
     /// A fresh, empty database; its URL.
-    pub fn create_db(&self, name: &str) -> String {
+    pub(crate) fn create_db(&self, name: &str) -> String {
         let mut c = Command::new(self.bin.join("createdb"));
         c.args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "tern", name]);
         run(c, "createdb");
         self.url(name)
     }
 
-    pub fn url(&self, db: &str) -> String {
+    pub(crate) fn url(&self, db: &str) -> String {
         format!("postgres://tern@127.0.0.1:{}/{db}", self.port)
     }
 
     /// Runs SQL through psql (for tests that lock tables from outside the service).
-    pub fn psql(&self, db: &str) -> Command {
+    pub(crate) fn psql(&self, db: &str) -> Command {
         let mut c = Command::new(self.bin.join("psql"));
         c.args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "tern", "-d", db]);
         c

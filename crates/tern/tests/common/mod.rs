@@ -13,18 +13,18 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
-pub fn tern_bin() -> &'static str {
+pub(crate) fn tern_bin() -> &'static str {
     env!("CARGO_BIN_EXE_tern")
 }
 
 /// A scratch directory on tmpfs when there is one (big files must not measure the disk).
-pub fn scratch() -> tempfile::TempDir {
+pub(crate) fn scratch() -> tempfile::TempDir {
     let shm = Path::new("/dev/shm");
     if shm.is_dir() { tempfile::tempdir_in(shm).unwrap() } else { tempfile::tempdir().unwrap() }
 }
 
 /// Deterministic incompressible bytes.
-pub fn data(seed: u64, len: usize) -> Vec<u8> {
+pub(crate) fn data(seed: u64, len: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(len);
     let mut x = blake3::Hasher::new();
     x.update(&seed.to_le_bytes());
@@ -34,7 +34,7 @@ pub fn data(seed: u64, len: usize) -> Vec<u8> {
     out
 }
 
-pub fn write_file(path: &Path, seed: u64, len: usize) {
+pub(crate) fn write_file(path: &Path, seed: u64, len: usize) {
     if let Some(p) = path.parent() {
         fs::create_dir_all(p).unwrap();
     }
@@ -44,7 +44,7 @@ pub fn write_file(path: &Path, seed: u64, len: usize) {
 /// A scaled-down tree shaped like the Petascale DTN reference set: nested directories, empty
 /// files, sizes over six decades, plus the awkward cases (spaces, non-UTF-8 names, symlinks, an
 /// empty directory, a sparse file).
-pub fn petascale_tree(root: &Path) -> u64 {
+pub(crate) fn petascale_tree(root: &Path) -> u64 {
     // (count, min size, max size) per decade, the reference set's shape scaled to ~60 MB.
     let decades: [(usize, usize, usize); 8] =
         [(7, 0, 9), (1, 10, 99), (6, 100, 999), (317, 1_000, 9_999), (156, 10_000, 99_999), (28, 100_000, 999_999), (4, 1_000_000, 9_999_999), (1, 10_000_000, 20_000_000)];
@@ -75,7 +75,7 @@ pub fn petascale_tree(root: &Path) -> u64 {
 }
 
 /// What a tree holds, computed independently of tern (SHA-256): kind, content hash, mode, mtime.
-pub fn snapshot(root: &Path) -> BTreeMap<Vec<u8>, String> {
+pub(crate) fn snapshot(root: &Path) -> BTreeMap<Vec<u8>, String> {
     let mut out = BTreeMap::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -108,7 +108,7 @@ pub fn snapshot(root: &Path) -> BTreeMap<Vec<u8>, String> {
     out
 }
 
-pub fn assert_same_tree(a: &Path, b: &Path) {
+pub(crate) fn assert_same_tree(a: &Path, b: &Path) {
     let (sa, sb) = (snapshot(a), snapshot(b));
     for (k, v) in &sa {
         assert_eq!(sb.get(k), Some(v), "{} differs", String::from_utf8_lossy(k));
@@ -117,18 +117,18 @@ pub fn assert_same_tree(a: &Path, b: &Path) {
 }
 
 /// Whether a file name is one of tern's temporaries, journals or markers (docs/journal.md).
-pub fn is_tern_name(name: &str) -> bool {
+pub(crate) fn is_tern_name(name: &str) -> bool {
     name.starts_with(".tern.") && (name.ends_with(".part") || name.ends_with(".journal") || name.ends_with(".incomplete"))
 }
 
 /// The journal tern keeps in `dir` for a file `name` being received there.
-pub fn journal_path(dir: &Path, name: &str) -> PathBuf {
+pub(crate) fn journal_path(dir: &Path, name: &str) -> PathBuf {
     let fd = fs::File::open(dir).unwrap();
     dir.join(std::ffi::OsStr::from_bytes(&tern_engine::fsops::Tag::of(&fd).unwrap().temp_names(name.as_bytes()).1))
 }
 
 /// No temporaries or markers left anywhere under `root`.
-pub fn assert_no_leftovers(root: &Path) {
+pub(crate) fn assert_no_leftovers(root: &Path) {
     for (k, _) in snapshot(root) {
         let name = String::from_utf8_lossy(&k);
         let last = name.rsplit('/').next().unwrap();
@@ -136,25 +136,25 @@ pub fn assert_no_leftovers(root: &Path) {
     }
 }
 
-pub struct Run {
+pub(crate) struct Run {
     pub out: Output,
     pub json: serde_json::Value,
 }
 
 impl Run {
-    pub fn ok(&self) -> bool {
+    pub(crate) fn ok(&self) -> bool {
         self.out.status.success()
     }
-    pub fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         String::from_utf8_lossy(&self.out.stderr).into_owned()
     }
-    pub fn u64(&self, k: &str) -> u64 {
+    pub(crate) fn u64(&self, k: &str) -> u64 {
         self.json[k].as_u64().unwrap_or_else(|| panic!("no {k} in {}", self.json))
     }
 }
 
 /// Runs `tern ARGS --json` with a time limit; returns the parsed summary.
-pub fn tern(args: &[&str], env: &[(&str, &str)]) -> Run {
+pub(crate) fn tern(args: &[&str], env: &[(&str, &str)]) -> Run {
     let mut cmd = Command::new(tern_bin());
     cmd.args(args).arg("--json").stdin(Stdio::null());
     for (k, v) in env {
@@ -165,7 +165,7 @@ pub fn tern(args: &[&str], env: &[(&str, &str)]) -> Run {
     Run { out, json }
 }
 
-pub fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
+pub(crate) fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
     let start = Instant::now();
@@ -181,12 +181,12 @@ pub fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
     }
 }
 
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// A real `tern serve` on a loopback port; killed (by PID) on drop.
-pub struct Daemon {
+pub(crate) struct Daemon {
     pub child: Child,
     pub port: u16,
     pub root: PathBuf,
@@ -196,15 +196,15 @@ pub struct Daemon {
 impl Daemon {
     /// On a port the daemon picks itself: a port chosen here and released before the daemon
     /// binds it can be taken in between by another test's listener (seen in CI).
-    pub fn start(root: &Path, token: &Path) -> Self {
+    pub(crate) fn start(root: &Path, token: &Path) -> Self {
         Self::start_on(root, token, 0, &[])
     }
-    pub fn start_on(root: &Path, token: &Path, port: u16, env: &[(&str, &str)]) -> Self {
+    pub(crate) fn start_on(root: &Path, token: &Path, port: u16, env: &[(&str, &str)]) -> Self {
         Self::start_with(root, token, port, env, &[])
     }
     /// With extra `tern serve` arguments (e.g. `--hook NAME=CMD`). Port 0: the daemon's choice,
     /// read from its "listening on" line.
-    pub fn start_with(root: &Path, token: &Path, port: u16, env: &[(&str, &str)], extra: &[&str]) -> Self {
+    pub(crate) fn start_with(root: &Path, token: &Path, port: u16, env: &[(&str, &str)], extra: &[&str]) -> Self {
         let mut cmd = Command::new(tern_bin());
         cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--root"]).arg(root).arg("--token-file").arg(token).args(extra);
         cmd.stdout(Stdio::null()).stderr(Stdio::piped());
@@ -233,13 +233,13 @@ impl Daemon {
         }
         Self { child, port, root: root.to_path_buf(), token: token.to_path_buf() }
     }
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("tern://127.0.0.1:{}/{}", self.port, path.trim_start_matches('/'))
     }
-    pub fn token_arg(&self) -> String {
+    pub(crate) fn token_arg(&self) -> String {
         self.token.display().to_string()
     }
-    pub fn kill9(&mut self) {
+    pub(crate) fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -253,14 +253,14 @@ impl Drop for Daemon {
 
 /// A real OpenSSH server on a loopback port with generated keys and a clean environment whose
 /// PATH finds the tern under test. `None` (with a note) where sshd is not installed.
-pub struct Sshd {
+pub(crate) struct Sshd {
     child: Child,
     pub port: u16,
     pub dir: tempfile::TempDir,
 }
 
 impl Sshd {
-    pub fn start() -> Option<Self> {
+    pub(crate) fn start() -> Option<Self> {
         let sshd = ["/usr/sbin/sshd", "/usr/bin/sshd"].into_iter().find(|p| Path::new(p).exists())?;
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
@@ -287,23 +287,23 @@ impl Sshd {
     /// The ssh command tern should use (`--ssh`). No connection reuse: each test's sshd goes
     /// away with the test, and a shared connection kept for a minute would carry the next
     /// test that gets the same port to the old one.
-    pub fn ssh_cmd(&self) -> String {
+    pub(crate) fn ssh_cmd(&self) -> String {
         format!("{} -o ControlPath=none", self.ssh_cmd_reusable())
     }
     /// The same, leaving tern free to share one connection between sessions.
-    pub fn ssh_cmd_reusable(&self) -> String {
+    pub(crate) fn ssh_cmd_reusable(&self) -> String {
         format!("ssh -p {} -i {}/userkey -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR", self.port, self.dir.path().display())
     }
 }
 
 impl Sshd {
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 }
 
 /// Every process below `pid` (children, their children, ...), from /proc.
-pub fn descendants(pid: u32) -> Vec<u32> {
+pub(crate) fn descendants(pid: u32) -> Vec<u32> {
     let mut parent_of = Vec::new();
     for e in fs::read_dir("/proc").unwrap().flatten() {
         let Ok(stat) = fs::read_to_string(e.path().join("stat")) else { continue };
@@ -332,7 +332,7 @@ impl Drop for Sshd {
     }
 }
 
-pub fn require_sshd() -> Option<Sshd> {
+pub(crate) fn require_sshd() -> Option<Sshd> {
     let s = Sshd::start();
     if s.is_none() {
         // CI installs openssh-server, so this only skips on a developer machine without it.
@@ -341,7 +341,7 @@ pub fn require_sshd() -> Option<Sshd> {
     s
 }
 
-pub fn touch(path: &Path, bytes: &[u8]) {
+pub(crate) fn touch(path: &Path, bytes: &[u8]) {
     let mut f = fs::File::create(path).unwrap();
     f.write_all(bytes).unwrap();
 }
