@@ -1,23 +1,26 @@
 //! The receiving side of a session: decide what is needed, verify and write chunks on every data
 //! stream, and rename a file into place only once it is verified and durable.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufReader, Read};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, OnceLock, RwLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, unbounded};
-use tern_proto::chunk::{Assembly, chunk_count, chunk_range, file_hash};
+use tern_proto::chunk::{chunk_count, chunk_range};
 use tern_proto::data::{ChunkHeader, FLAG_WHOLE_FILE, chunk_data_len};
 use tern_proto::filter::Filter;
 use tern_proto::frame::{FrameHeader, HEADER_LEN};
-use tern_proto::msg::{PlanAction, SkipReason, Summary, WantFile};
+use tern_proto::msg::{PlanAction, SkipReason, Summary};
 use tern_proto::path::{file_name, parent, symlink_stays_inside};
+use tern_proto::session::Trouble;
+use tern_proto::session::receiver::{self as decide, Action, FileSpec, Outcome, Refused};
 use tern_proto::{Control, Entry, EntryKind, Options};
 
 use crate::control::{CtrlReader, CtrlWriter};
@@ -66,9 +69,24 @@ struct Sink {
     /// The temporary, opened on the first chunk; or why it could not be (errno, text).
     file: OnceLock<Result<File, (Option<i32>, String)>>,
     journal: Option<Journal>,
+    /// Chunks written (or resumed) in this part, one bit each: a second copy of a chunk is
+    /// never written over the first, so the bytes published are the bytes verified.
+    claimed: Box<[AtomicU64]>,
 }
 
 impl Sink {
+    fn claimed_bits(chunks: u64, resumed: &[(u64, [u8; 32])]) -> Box<[AtomicU64]> {
+        let bits: Box<[AtomicU64]> = (0..chunks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
+        for &(index, _) in resumed {
+            bits[(index / 64) as usize].fetch_or(1 << (index % 64), Relaxed);
+        }
+        bits
+    }
+    /// Takes chunk `index` for writing; false if a copy of it was written already.
+    fn claim(&self, index: u64) -> bool {
+        let bit = 1 << (index % 64);
+        self.claimed[(index / 64) as usize].fetch_or(bit, Relaxed) & bit == 0
+    }
     fn file(&self) -> std::io::Result<&File> {
         // Out of descriptors, the stream waits for files in flight to land and give theirs back.
         self.file.get_or_init(|| fsops::waiting_for_descriptors(|| fsops::open_temp(&*self.parent, &self.tmp)).map_err(|e| (e.raw_os_error(), err_text(&e)))).as_ref().map_err(
@@ -86,7 +104,7 @@ enum Event {
     Ctrl(Control),
     CtrlFailed(TransferError),
     ChunkOk { id: u64, index: u64, hash: [u8; 32], len: u32, whole: bool },
-    ChunkBad { id: u64, index: u64, len: u32 },
+    ChunkBad { id: u64, index: u64 },
     WriteFailed { id: u64, error: std::io::Error, what: &'static str },
     StreamFailed(TransferError),
     StreamCorrupt { index: u32, seq: u64, why: String, skipped: bool },
@@ -95,22 +113,11 @@ enum Event {
     NewStream(DataConn),
 }
 
-#[derive(PartialEq, Eq, Clone, Copy, Debug)]
-enum State {
-    Pending,
-    Receiving,
-    Finalizing,
-    Done,
-}
-
-struct FileState {
+/// What the driver keeps of a file the machine holds: the entry as announced and where it
+/// lands (relative to the destination root).
+struct FileInfo {
     entry: Entry,
     rel: Vec<u8>,
-    state: State,
-    assembly: Option<Assembly>,
-    outstanding: u64,
-    bad_chunks: u32,
-    file_retries: u32,
 }
 
 /// Handle to feed extra data streams into a running receiver.
@@ -158,11 +165,11 @@ impl Default for Receiving {
 
 struct Ctx<'a> {
     p: &'a ReceiverParams,
-    /// Files in flight allowed now: the window, lowered when the process ran out of
-    /// descriptors (or memory) and raised again by one per file that lands.
-    files_allowed: usize,
-    /// Waits in a row for a descriptor with nothing of this session in flight to free one.
-    limit_waits: u32,
+    /// The decisions: window, per-file lifecycle, retries (tern_proto::session::receiver).
+    machine: decide::Receiver<FileInfo>,
+    /// Errors this side produced for a file the machine is about to fail: reported with their
+    /// kind and path when it says the file is done.
+    stashed: HashMap<u64, TransferError>,
     writer: &'a CtrlWriter,
     layout: Option<Layout>,
     root: Option<DestRoot>,
@@ -172,14 +179,6 @@ struct Ctx<'a> {
     fresh_dirs: HashSet<Vec<u8>>,
     /// Directories refused (a reserved name): their whole subtree is refused with them.
     refused_dirs: HashSet<Vec<u8>>,
-    files: HashMap<u64, FileState>,
-    pending: VecDeque<u64>,
-    unfinished: u64,
-    outstanding_bytes: u64,
-    outstanding_files: usize,
-    /// Files handed to the finalizer and not yet back: they still hold their descriptors, so
-    /// they count against the files window (not against the bytes window: their data is here).
-    finalizing: usize,
     sinks: Sinks,
     finalize: Sender<ToFinalize>,
     done_ids: Vec<u64>,
@@ -197,7 +196,6 @@ struct Ctx<'a> {
     /// One past the highest entry id seen: an id below it that `files` lacks is a file already
     /// done and dropped, not an unknown one.
     announced: u64,
-    manifest_end: bool,
     source_errors: bool,
     summary: Summary,
     repair: Repair,
@@ -247,20 +245,14 @@ impl Receiving {
         };
         let mut ctx = Ctx {
             p: &p,
-            files_allowed: p.window_files,
-            limit_waits: 0,
+            machine: decide::Receiver::new(decide::Window { bytes: p.window_bytes, files: p.window_files }, p.options.chunk_size),
+            stashed: HashMap::new(),
             writer: &writer,
             layout: None,
             root: None,
             dirs: HashMap::new(),
             fresh_dirs: HashSet::new(),
             refused_dirs: HashSet::new(),
-            files: HashMap::new(),
-            pending: VecDeque::new(),
-            unfinished: 0,
-            outstanding_bytes: 0,
-            outstanding_files: 0,
-            finalizing: 0,
             sinks: sinks.clone(),
             finalize: fin_tx,
             done_ids: Vec::new(),
@@ -271,7 +263,6 @@ impl Receiving {
             dir_meta: Vec::new(),
             keep: HashSet::new(),
             announced: 0,
-            manifest_end: false,
             source_errors: false,
             summary: Summary::default(),
             repair: Repair { resets, reopen, events: events.clone(), next_index: crate::sender::REPLACEMENT_INDEX, corrupted: 0, verified_bytes: 0 },
@@ -306,7 +297,13 @@ impl Receiving {
             let mut late = renamed_late.into_inner();
             late.extend(rx.try_iter().filter_map(|ev| if let Event::Finalized { id } = ev { Some(id) } else { None }));
             for id in late {
-                mark_done(&mut ctx, id, true);
+                ctx.machine.finalized(id);
+            }
+            // Only the landings count now; nothing more is sent.
+            while let Some(a) = ctx.machine.poll_action() {
+                if let Action::Done { payload, outcome: Outcome::Landed, .. } = a {
+                    landed(&mut ctx, &payload);
+                }
             }
         } else {
             drop(ctx);
@@ -340,14 +337,14 @@ fn main_loop(ctx: &mut Ctx, rx: &Receiver<Event>, spawn: &mut dyn FnMut(DataConn
                 handle(ctx, ev, spawn)?;
             }
         }
-        issue_wants(ctx)?;
+        drive(ctx)?;
         if !ctx.done_ids.is_empty() {
             // A message carries at most MAX_LIST ids; a large window can finish more at once.
             for ids in std::mem::take(&mut ctx.done_ids).chunks(tern_proto::limits::MAX_LIST) {
                 ctx.writer.send(&Control::FileDone(ids.to_vec()))?;
             }
         }
-        if ctx.manifest_end && ctx.unfinished == 0 {
+        if ctx.machine.is_finished() {
             finish(ctx)?;
             ctx.writer.send(&Control::Summary(ctx.summary))?;
             return await_bye(ctx, rx);
@@ -395,34 +392,19 @@ fn handle(ctx: &mut Ctx, ev: Event, spawn: &mut dyn FnMut(DataConn)) -> Result<(
                     entry(ctx, e)?;
                 }
             }
-            Control::ManifestEnd { .. } => ctx.manifest_end = true,
+            Control::ManifestEnd { .. } => ctx.machine.manifest_end(),
             Control::FileEnd { id, file_hash, size, mtime_s, mtime_ns } => {
-                let Some(f) = ctx.files.get_mut(&id) else {
-                    return if id < ctx.announced { Ok(()) } else { Err(peer_bug("file end for an unknown file")) };
-                };
-                if f.state != State::Receiving {
-                    return Ok(());
+                if ctx.machine.file_end(id, file_hash, size, (mtime_s, mtime_ns)).is_err() && id >= ctx.announced {
+                    return Err(peer_bug("file end for an unknown file"));
                 }
-                if size != f.entry.size || mtime_s != f.entry.mtime_s || mtime_ns != f.entry.mtime_ns {
-                    return fail_file(ctx, id, Side::Source, "file changed while it was being sent; re-run to send the new version".into());
-                }
-                if let Some(a) = f.assembly.as_mut() {
-                    a.set_expected(file_hash);
-                }
-                try_complete(ctx, id)?;
             }
             Control::FileError { id, side, message } => {
                 if side == Side::Source {
                     ctx.source_errors = true;
                 }
-                let path = ctx.files.get(&id).map(|f| ctx.root.as_ref().map(|r| r.display(&f.rel)).unwrap_or_default());
-                ctx.p.progress.error(TransferError::new(side, crate::error::Scope::File, path, message));
-                if let Some(f) = ctx.files.get_mut(&id)
-                    && f.state != State::Done
-                {
-                    release(ctx, id);
-                    mark_done(ctx, id, false);
-                }
+                let path = ctx.machine.payload(id).map(|f| ctx.root.as_ref().map(|r| r.display(&f.rel)).unwrap_or_default());
+                ctx.p.progress.error(TransferError::new(side, crate::error::Scope::File, path, message.clone()));
+                ctx.machine.peer_failed(id, side, message);
             }
             Control::Fatal { side, message } => return Err(TransferError::fatal(side, message)),
             Control::Bye => return Err(TransferError::network("the sender ended the session early")),
@@ -431,69 +413,40 @@ fn handle(ctx: &mut Ctx, ev: Event, spawn: &mut dyn FnMut(DataConn)) -> Result<(
         Event::ChunkOk { id, index, hash, len, whole } => {
             Progress::add(&ctx.p.progress.bytes, len as u64);
             ctx.repair.verified_bytes += len as u64;
-            let Some(f) = ctx.files.get_mut(&id) else { return Ok(()) };
-            f.outstanding = f.outstanding.saturating_sub(len as u64);
-            ctx.outstanding_bytes = ctx.outstanding_bytes.saturating_sub(len as u64);
-            if let Some(a) = f.assembly.as_mut() {
-                a.record(index, hash).map_err(|_| peer_bug("chunk index out of range"))?;
-                if whole {
-                    a.set_expected(file_hash(a.size, [&hash]));
-                }
+            // A chunk of a file already done (a late duplicate) changes nothing.
+            if ctx.machine.chunk_stored(id, index, hash, whole) == Err(Refused::ChunkOutOfRange) {
+                return Err(peer_bug("chunk index out of range"));
             }
-            try_complete(ctx, id)?;
         }
-        Event::ChunkBad { id, index, len } => {
-            // A file that already failed (or finished) needs nothing more; saying so again for
-            // each of its chunks still in flight would flood the errors.
-            let Some(f) = ctx.files.get_mut(&id).filter(|f| f.state == State::Receiving) else { return Ok(()) };
-            Progress::add(&ctx.p.progress.chunks_resent, 1);
-            Progress::add(&ctx.p.progress.bytes_resent, len as u64);
-            f.bad_chunks += 1;
-            if f.bad_chunks > 8 {
-                return fail_file(ctx, id, Side::Network, "chunks keep failing verification (corruption on the path or in memory); check the network and hosts".into());
-            }
-            ctx.summary.chunks_resent += 1;
-            ctx.summary.bytes_resent += len as u64;
-            ctx.writer.send(&Control::ChunkBad { id, chunk: index })?;
-        }
+        Event::ChunkBad { id, index } => ctx.machine.chunk_corrupt(id, index),
         Event::WriteFailed { id, error, what } => {
-            let display = ctx.files.get(&id).map(|f| ctx.root.as_ref().unwrap().display(&f.rel)).unwrap_or_default();
+            let display = ctx.machine.payload(id).map(|f| ctx.root.as_ref().unwrap().display(&f.rel)).unwrap_or_default();
             let e = TransferError::io(Side::Destination, display, what, &error);
-            if e.kind == ErrorKind::NoSpace {
-                // Every other file would fail the same way: stop, keeping what is verified.
-                return Err(e.into_fatal());
-            }
-            fail_file(ctx, id, Side::Destination, e.message.clone())?;
+            let (trouble, message) = (trouble(e.kind), e.message.clone());
+            ctx.stashed.insert(id, e);
+            ctx.machine.write_failed(id, trouble, message);
         }
         Event::Finalized { id } => {
-            ctx.finalizing = ctx.finalizing.saturating_sub(1);
             ctx.sinks.write().unwrap().remove(&id);
             ctx.done_ids.push(id);
-            mark_done(ctx, id, true);
+            ctx.machine.finalized(id);
         }
         Event::FinalizeFailed { id, kind, message } => {
-            ctx.finalizing = ctx.finalizing.saturating_sub(1);
             ctx.sinks.write().unwrap().remove(&id);
-            let retry = ctx.files.get(&id).is_some_and(|f| f.file_retries == 0 && kind == ErrorKind::WholeFileMismatch);
-            if retry {
-                // The whole-file hash disagreed although every chunk verified: a journal from
-                // an older source version, say. Start this file over once.
-                let f = ctx.files.get_mut(&id).unwrap();
-                f.file_retries += 1;
-                f.state = State::Pending;
-                ctx.pending.push_front(id);
-                return Ok(());
-            }
-            if kind == ErrorKind::NoSpace {
-                return Err(TransferError::fatal(Side::Destination, message).with_kind(kind));
-            }
-            ctx.writer.send(&Control::FileError { id, side: Side::Destination, message: message.clone() })?;
-            let display = ctx.files.get(&id).map(|f| ctx.root.as_ref().unwrap().display(&f.rel));
-            ctx.p.progress.error(TransferError::new(Side::Destination, crate::error::Scope::File, display, message));
-            mark_done(ctx, id, false);
+            ctx.machine.finalize_failed(id, trouble(kind), message);
         }
     }
     Ok(())
+}
+
+/// The kind of a failure, as far as the decisions go.
+fn trouble(kind: ErrorKind) -> Trouble {
+    match kind {
+        ErrorKind::NoSpace => Trouble::NoSpace,
+        ErrorKind::ResourceLimit => Trouble::ResourceLimit,
+        ErrorKind::WholeFileMismatch => Trouble::WholeFileMismatch,
+        _ => Trouble::Other,
+    }
 }
 
 const MISMATCH: &str = "whole-file hash";
@@ -541,83 +494,91 @@ fn peer_bug(what: &str) -> TransferError {
     TransferError::fatal(Side::Network, format!("protocol error from the sender: {what}"))
 }
 
-fn release(ctx: &mut Ctx, id: u64) {
-    if let Some(f) = ctx.files.get_mut(&id)
-        && matches!(f.state, State::Receiving)
-    {
-        ctx.outstanding_bytes = ctx.outstanding_bytes.saturating_sub(f.outstanding);
-        ctx.outstanding_files -= 1;
-        f.outstanding = 0;
-        f.state = State::Pending;
-    }
-    ctx.sinks.write().unwrap().remove(&id);
-}
-
-/// Waits for a descriptor with nothing in flight before a file fails (about 25 s in all).
-const MAX_LIMIT_WAITS: u32 = 50;
-
-fn mark_done(ctx: &mut Ctx, id: u64, ok: bool) {
-    let Some(f) = ctx.files.get_mut(&id) else { return };
-    if f.state == State::Done {
-        return;
-    }
-    debug_assert!(f.state != State::Receiving, "release() a receiving file before marking it done");
-    f.state = State::Done;
-    f.assembly = None;
-    ctx.unfinished -= 1;
-    if ok {
-        ctx.files_allowed = (ctx.files_allowed + 1).min(ctx.p.window_files);
-        ctx.p.progress.landed(&f.entry.path, f.entry.size);
-        ctx.summary.files_done += 1;
-        ctx.summary.bytes_written += f.entry.size;
-    } else {
-        Progress::add(&ctx.p.progress.files_failed, 1);
-        ctx.summary.files_failed += 1;
-        if ctx.hard_links_possible {
-            ctx.failed_files.insert(f.rel.clone());
+/// Executes what the decisions ask for until they wait for the next event.
+fn drive(ctx: &mut Ctx) -> Result<(), TransferError> {
+    while let Some(action) = ctx.machine.poll_action() {
+        match action {
+            Action::Prepare { id, start_over } => match prepare(ctx, id, start_over) {
+                Ok(resumed) => ctx.machine.prepared(id, resumed),
+                Err(err) => {
+                    let (trouble, message) = (trouble(err.kind), err.message.clone());
+                    ctx.stashed.insert(id, err);
+                    ctx.machine.prepare_failed(id, trouble, message);
+                }
+            },
+            Action::Want(files) => {
+                // Each setup that succeeded cleared the stash of its earlier attempts' errors.
+                for f in &files {
+                    ctx.stashed.remove(&f.id);
+                }
+                ctx.writer.send(&Control::Want(files))?;
+            }
+            Action::AskAgain { id, chunk } => {
+                let len = ctx.machine.payload(id).map_or(0, |f| chunk_range(f.entry.size, ctx.p.options.chunk_size, chunk).1 as u64);
+                Progress::add(&ctx.p.progress.chunks_resent, 1);
+                Progress::add(&ctx.p.progress.bytes_resent, len);
+                ctx.summary.chunks_resent += 1;
+                ctx.summary.bytes_resent += len;
+                ctx.writer.send(&Control::ChunkBad { id, chunk })?;
+            }
+            Action::Finalize { id, file_hash, more_coming } => {
+                let sink = ctx.sinks.read().unwrap().get(&id).cloned().expect("a receiving file has its sink");
+                let _ = ctx.finalize.send(ToFinalize { id, sink, expected: file_hash, more_coming });
+            }
+            Action::Abandon { id } => {
+                // Throw the partial state away before the file starts over.
+                if let Some(sink) = ctx.sinks.write().unwrap().remove(&id) {
+                    let _ = fsops::unlink_at(&*sink.parent, &sink.journal_name);
+                    let _ = fsops::unlink_at(&*sink.parent, &sink.tmp);
+                }
+            }
+            Action::Done { id, payload, outcome } => {
+                ctx.sinks.write().unwrap().remove(&id);
+                let stashed = ctx.stashed.remove(&id);
+                match outcome {
+                    Outcome::Landed => landed(ctx, &payload),
+                    Outcome::Failed { side, message, tell_peer } => {
+                        if tell_peer {
+                            let display = ctx.root.as_ref().unwrap().display(&payload.rel);
+                            let err = stashed.unwrap_or_else(|| TransferError::new(side, crate::error::Scope::File, Some(display), message.clone()));
+                            ctx.writer.send(&Control::FileError { id, side, message })?;
+                            ctx.p.progress.error(err);
+                        }
+                        count_failed(ctx, &payload.rel);
+                    }
+                }
+            }
+            Action::Wait(pause) => thread::sleep(pause),
+            Action::Throttled { files, window } => {
+                tracing::warn!("out of descriptors or memory; holding fewer files open at once ({files} instead of up to {window}) and going on");
+            }
+            Action::Stop { side, trouble: t, message } => {
+                let kind = if t == Trouble::NoSpace { ErrorKind::NoSpace } else { ErrorKind::Other };
+                // The file's own error, with its path, where this side produced one.
+                let id = ctx.stashed.iter().find(|(_, e)| e.kind == kind).map(|(id, _)| *id);
+                let err = id.and_then(|id| ctx.stashed.remove(&id)).map(|e| e.into_fatal()).unwrap_or_else(|| TransferError::fatal(side, message).with_kind(kind));
+                return Err(err);
+            }
         }
     }
-    // Memory grows with files in flight, not with the tree.
-    ctx.files.remove(&id);
-}
-
-fn fail_file(ctx: &mut Ctx, id: u64, side: Side, message: String) -> Result<(), TransferError> {
-    let display = ctx.files.get(&id).map(|f| ctx.root.as_ref().unwrap().display(&f.rel));
-    ctx.p.progress.error(TransferError::new(side, crate::error::Scope::File, display, message.clone()));
-    ctx.writer.send(&Control::FileError { id, side, message })?;
-    release(ctx, id);
-    mark_done(ctx, id, false);
     Ok(())
 }
 
-/// A verified file goes to the finalizer.
-fn try_complete(ctx: &mut Ctx, id: u64) -> Result<(), TransferError> {
-    let Some(f) = ctx.files.get_mut(&id) else { return Ok(()) };
-    let Some(a) = f.assembly.as_ref() else { return Ok(()) };
-    if f.state != State::Receiving || !a.is_ready() {
-        return Ok(());
+/// A file verified, durable and under its final name.
+fn landed(ctx: &mut Ctx, f: &FileInfo) {
+    ctx.p.progress.landed(&f.entry.path, f.entry.size);
+    ctx.summary.files_done += 1;
+    ctx.summary.bytes_written += f.entry.size;
+}
+
+/// A file of this session that failed (its error already reported).
+fn count_failed(ctx: &mut Ctx, rel: &[u8]) {
+    Progress::add(&ctx.p.progress.files_failed, 1);
+    ctx.summary.files_failed += 1;
+    if ctx.hard_links_possible {
+        // A hard link to it is not made, so it never names an older version left there.
+        ctx.failed_files.insert(rel.to_vec());
     }
-    let Some(sink) = ctx.sinks.read().unwrap().get(&id).cloned() else { return Ok(()) };
-    if a.verify().is_err() {
-        f.state = State::Finalizing;
-        ctx.outstanding_bytes = ctx.outstanding_bytes.saturating_sub(f.outstanding);
-        ctx.outstanding_files -= 1;
-        // Throw the partial state away before a retry.
-        let _ = fsops::unlink_at(&*sink.parent, &sink.journal_name);
-        let _ = fsops::unlink_at(&*sink.parent, &sink.tmp);
-        ctx.finalizing += 1;
-        let _ = ctx.finalize.send(ToFinalize { id, sink, expected: None, more_coming: true });
-        return Ok(());
-    }
-    let expected = Some(file_hash(a.size, (0..a.chunks()).map(|i| a.hash_of(i).unwrap())));
-    // All its data is here: the file leaves the flow-control window (finalizing is local work).
-    f.state = State::Finalizing;
-    ctx.outstanding_files -= 1;
-    ctx.finalizing += 1;
-    // With the window full, nothing more can arrive before this batch is done: do not wait.
-    let more_coming = ctx.outstanding_files > 0 && ctx.outstanding_files + ctx.finalizing < ctx.files_allowed;
-    let _ = ctx.finalize.send(ToFinalize { id, sink, expected, more_coming });
-    Ok(())
 }
 
 fn dir_fd(ctx: &mut Ctx, rel: &[u8]) -> std::io::Result<Arc<Dir>> {
@@ -765,19 +726,16 @@ fn entry(ctx: &mut Ctx, e: Entry) -> Result<(), TransferError> {
         }
         EntryKind::File => {
             let id = e.id;
-            ctx.unfinished += 1;
             let skip = match identical(ctx, &rel, &e) {
                 Ok(s) => s,
                 Err(err) => {
-                    ctx.files.insert(id, FileState { entry: e, rel, state: State::Pending, assembly: None, outstanding: 0, bad_chunks: 0, file_retries: 0 });
                     ctx.writer.send(&Control::FileError { id, side: Side::Destination, message: err.message.clone() })?;
                     ctx.p.progress.error(err);
-                    mark_done(ctx, id, false);
+                    count_failed(ctx, &rel);
                     return Ok(());
                 }
             };
             let size = e.size;
-            ctx.files.insert(id, FileState { entry: e, rel, state: State::Pending, assembly: None, outstanding: 0, bad_chunks: 0, file_retries: 0 });
             if skip {
                 ctx.writer.send(&Control::Skip(vec![(id, SkipReason::Identical)]))?;
                 Progress::add(&ctx.p.progress.bytes_skipped, size);
@@ -785,10 +743,8 @@ fn entry(ctx: &mut Ctx, e: Entry) -> Result<(), TransferError> {
                     Progress::add(&ctx.p.progress.files_skipped, 1);
                     Progress::add(&ctx.p.progress.bytes_of_finished, size);
                 }
-                ctx.files.remove(&id);
-                ctx.unfinished -= 1;
             } else {
-                ctx.pending.push_back(id);
+                ctx.machine.announce(FileSpec { id, size, mtime: (e.mtime_s, e.mtime_ns) }, FileInfo { entry: e, rel });
             }
         }
     }
@@ -849,57 +805,13 @@ fn plan(ctx: &Ctx, action: PlanAction, path: Vec<u8>) -> Result<(), TransferErro
     ctx.writer.send(&Control::Plan { action, path })
 }
 
-/// Issues wants while the window has room.
-fn issue_wants(ctx: &mut Ctx) -> Result<(), TransferError> {
-    // Fill the whole window now, in messages of at most 1024 files: waiting for the next event
-    // between messages would let a path with many small files run dry.
-    loop {
-        let mut wants = Vec::new();
-        while ctx.outstanding_files + ctx.finalizing < ctx.files_allowed && ctx.outstanding_bytes < ctx.p.window_bytes && wants.len() < 1024 {
-            let Some(id) = ctx.pending.pop_front() else { break };
-            match prepare(ctx, id) {
-                Ok(ranges) => {
-                    ctx.limit_waits = 0;
-                    wants.push(WantFile { id, ranges });
-                }
-                // Out of descriptors or memory: a limit of the process, not a fault of the
-                // file. Fewer files in flight, and this one again once another lands.
-                Err(err) if err.kind == ErrorKind::ResourceLimit && ctx.limit_waits < MAX_LIMIT_WAITS => {
-                    ctx.pending.push_front(id);
-                    let in_flight = ctx.outstanding_files + ctx.finalizing + wants.len();
-                    if ctx.files_allowed == ctx.p.window_files {
-                        tracing::warn!("{err}; holding fewer files open at once ({} instead of up to {}) and going on", in_flight.max(1), ctx.p.window_files);
-                    }
-                    ctx.files_allowed = in_flight.max(1);
-                    if in_flight == 0 {
-                        // Nothing of ours to wait for: another session or process holds them.
-                        ctx.limit_waits += 1;
-                        thread::sleep(Duration::from_millis(20 * u64::from(ctx.limit_waits.min(50))));
-                        continue;
-                    }
-                    break;
-                }
-                Err(err) => {
-                    let msg = err.message.clone();
-                    ctx.p.progress.error(err);
-                    ctx.writer.send(&Control::FileError { id, side: Side::Destination, message: msg })?;
-                    mark_done(ctx, id, false);
-                }
-            }
-        }
-        if wants.is_empty() {
-            return Ok(());
-        }
-        ctx.writer.send(&Control::Want(wants))?;
-    }
-}
-
-/// Sets up the sink of a file and works out which chunks to ask for, resuming from its journal.
-fn prepare(ctx: &mut Ctx, id: u64) -> Result<Vec<(u64, u32)>, TransferError> {
+/// Sets up the part of a file and says which chunks its journal proves are already here.
+/// `start_over`: the file's earlier data did not add up to the source's; discard it.
+fn prepare(ctx: &mut Ctx, id: u64, start_over: bool) -> Result<Vec<(u64, [u8; 32])>, TransferError> {
     crate::faults::faults().preparing_file();
     let chunk_size = ctx.p.options.chunk_size;
     let (rel, e) = {
-        let f = &ctx.files[&id];
+        let f = ctx.machine.payload(id).expect("a file being prepared is held");
         (f.rel.clone(), f.entry.clone())
     };
     let display = ctx.root.as_ref().unwrap().display(&rel);
@@ -909,10 +821,10 @@ fn prepare(ctx: &mut Ctx, id: u64) -> Result<Vec<(u64, u32)>, TransferError> {
     let fresh_dir = ctx.fresh_dirs.contains(parent(&rel));
     let (tmp, jname) = dir.tag.temp_names(name);
     let chunks = chunk_count(e.size, chunk_size);
-    let mut assembly = Assembly::new(e.size, chunk_size);
+    let mut resumed = Vec::new();
     let mut journal = None;
     let mut fresh = true;
-    let retry = ctx.files[&id].file_retries > 0;
+    let retry = start_over;
     if chunks > 1 && !retry {
         let header = JournalHeader { size: e.size, mtime_s: e.mtime_s, mtime_ns: e.mtime_ns, chunk_size };
         if !fresh_dir
@@ -924,13 +836,15 @@ fn prepare(ctx: &mut Ctx, id: u64) -> Result<Vec<(u64, u32)>, TransferError> {
             // reached the disk (docs/journal.md).
             let mut buf = vec![0u8; chunk_size as usize];
             let mut reused = 0u64;
+            let mut seen = tern_proto::chunk::ChunkSet::new(chunks);
             for (index, hash) in records {
-                if index >= chunks || assembly.verified().contains(index) {
+                if index >= chunks || seen.contains(index) {
                     continue;
                 }
                 let (off, len) = chunk_range(e.size, chunk_size, index);
                 if part.read_exact_at(&mut buf[..len as usize], off).is_ok() && chunk_hash(&buf[..len as usize]) == hash {
-                    let _ = assembly.record(index, hash);
+                    seen.insert(index);
+                    resumed.push((index, hash));
                     reused += len as u64;
                 }
             }
@@ -966,17 +880,10 @@ fn prepare(ctx: &mut Ctx, id: u64) -> Result<Vec<(u64, u32)>, TransferError> {
         written_end: Default::default(),
         file: OnceLock::new(),
         journal,
+        claimed: Sink::claimed_bits(chunks, &resumed),
     });
-    let ranges = assembly.verified().missing_ranges(u32::MAX);
-    let missing: u64 = ranges.iter().flat_map(|&(s, c)| s..s + c as u64).map(|i| chunk_range(e.size, chunk_size, i).1 as u64).sum();
     ctx.sinks.write().unwrap().insert(id, sink);
-    let f = ctx.files.get_mut(&id).unwrap();
-    f.state = State::Receiving;
-    f.outstanding = missing;
-    f.assembly = Some(assembly);
-    ctx.outstanding_bytes += missing;
-    ctx.outstanding_files += 1;
-    Ok(ranges)
+    Ok(resumed)
 }
 
 /// `link.path` becomes another name of `link.target` (a regular file beneath the root), through a
@@ -1285,7 +1192,7 @@ fn recv_worker(mut conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_si
         let data = &mut body[ChunkHeader::LEN..ChunkHeader::LEN + len];
         let hash = chunk_hash(data);
         if hash != h.hash {
-            let _ = events.send(Event::ChunkBad { id: h.file_id, index: h.index, len: len as u32 });
+            let _ = events.send(Event::ChunkBad { id: h.file_id, index: h.index });
             continue;
         }
         let Some(sink) = sinks.read().unwrap().get(&h.file_id).cloned() else {
@@ -1294,6 +1201,9 @@ fn recv_worker(mut conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_si
         let (off, want_len) = chunk_range(sink.size, chunk_size, h.index);
         if h.index >= sink.chunks || off != h.offset || want_len as usize != len {
             return fatal(&events, format!("data stream {index}: chunk {} does not fit its file", h.index));
+        }
+        if !sink.claim(h.index) {
+            continue; // a second copy (a peer resending a frame already taken): keep the first
         }
         let file = match sink.file() {
             Ok(f) => f,
@@ -1363,8 +1273,8 @@ fn fatal(events: &Sender<Event>, msg: String) {
 struct ToFinalize {
     id: u64,
     sink: Arc<Sink>,
-    /// The whole-file hash its chunks add up to; `None` if they did not add up.
-    expected: Option<[u8; 32]>,
+    /// The whole-file hash its chunks add up to (already compared with the sender's).
+    expected: [u8; 32],
     /// Other files were still arriving when this one was handed over. When none are, waiting to
     /// fill a batch only delays the last files (and on a WAN the session's end) by `MAX_WAIT`.
     more_coming: bool,
@@ -1383,10 +1293,6 @@ fn finalizer(rx: Receiver<ToFinalize>, events: Sender<Event>, fsync: bool, verif
         let timeout = first.map_or(Duration::from_secs(3600), |t| MAX_WAIT.saturating_sub(t.elapsed()));
         match rx.recv_timeout(if open { timeout } else { Duration::ZERO }) {
             Ok(ToFinalize { id, sink, expected, more_coming }) => {
-                let Some(expected) = expected else {
-                    let _ = events.send(Event::FinalizeFailed { id, kind: ErrorKind::WholeFileMismatch, message: format!("{MISMATCH} does not match the source's; resending the file") });
-                    continue;
-                };
                 bytes += sink.size;
                 batch.push((id, sink, expected));
                 first.get_or_insert_with(Instant::now);

@@ -134,10 +134,14 @@ impl Assembly {
         &self.verified
     }
     /// Records a chunk whose data hashed to `hash` (already compared with the sender's hash).
-    /// Returns false if it was already recorded (a duplicate delivery).
+    /// Returns false if it was already recorded (a duplicate delivery): the first stays, as
+    /// its data is what the store holds.
     pub fn record(&mut self, index: u64, hash: [u8; 32]) -> Result<bool, AssemblyError> {
         if index >= self.chunks() {
             return Err(AssemblyError::OutOfRange { index });
+        }
+        if self.verified.contains(index) {
+            return Ok(false);
         }
         self.hashes[index as usize] = hash;
         Ok(self.verified.insert(index))
@@ -203,7 +207,9 @@ mod tests {
         a.set_expected(file_hash(10, &[h(0), h(1), h(2)]));
         assert!(a.is_ready());
         a.verify().unwrap();
-        a.record(1, h(9)).unwrap();
+        assert_eq!(a.record(1, h(9)), Ok(false), "a duplicate does not replace the verified chunk");
+        a.verify().unwrap();
+        a.set_expected(file_hash(10, &[h(0), h(9), h(2)]));
         assert_eq!(a.verify(), Err(AssemblyError::FileMismatch));
         assert!(a.record(3, h(0)).is_err());
     }

@@ -14,6 +14,7 @@ pub mod glob;
 pub mod msg;
 pub mod path;
 pub mod ramp;
+pub mod session;
 pub mod wire;
 
 pub use frame::{FrameDecoder, FrameHeader};

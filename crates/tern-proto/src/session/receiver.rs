@@ -1,0 +1,632 @@
+//! The receiving side's per-file decisions: which files to set up and ask for under the
+//! flow-control window, when a file is verified and goes to be made durable and published, what
+//! a corrupt chunk, a failed write or a whole-file mismatch leads to, and when the session's
+//! files are all finished.
+//!
+//! Lifecycle of a file: `Pending` (announced, waiting for room in the window) → `Receiving`
+//! (its part set up, its missing chunks wanted) → `Finalizing` (every chunk verified and the
+//! whole-file hash matched; the driver makes it durable and publishes it) → gone, reported as
+//! [`Action::Done`]. A file leaves the machine (and its memory) as soon as it is done, so memory
+//! grows with the files in flight, not with the tree.
+//!
+//! The driver's contract: poll actions until `None` after every input; answer each
+//! [`Action::Prepare`] with [`Receiver::prepared`] or [`Receiver::prepare_failed`] before
+//! polling again; answer each [`Action::Finalize`] (later, from any thread's result) with
+//! [`Receiver::finalized`] or [`Receiver::finalize_failed`]. After [`Action::Stop`] the session
+//! is over.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use super::Trouble;
+use crate::Side;
+use crate::chunk::{Assembly, chunk_range, file_hash};
+use crate::msg::WantFile;
+
+/// Corrupt deliveries of one file's chunks before the file is given up (the path or a host's
+/// memory corrupts data faster than retries can help).
+pub const MAX_BAD_CHUNKS: u32 = 8;
+/// Whole-file mismatches before a file fails: the first starts it over from nothing.
+pub const MAX_FILE_RETRIES: u32 = 1;
+/// Files in one `Want` message: filling the window in messages of this size keeps each
+/// message well under the control frame limit and the first chunks flowing early.
+pub const MAX_WANT_BATCH: usize = 1024;
+/// Waits in a row for a descriptor while nothing of this session is in flight to free one
+/// (about 25 s in all, see [`Receiver::prepare_failed`]) before the file fails.
+pub const MAX_LIMIT_WAITS: u32 = 50;
+
+/// Limits of the flow-control window.
+#[derive(Debug, Clone, Copy)]
+pub struct Window {
+    /// Wanted-but-not-arrived bytes: new files are asked for while fewer are outstanding.
+    pub bytes: u64,
+    /// Files wanted or being finalized at once (each holds descriptors on the driver's side).
+    pub files: usize,
+}
+
+/// What the sender announced about a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileSpec {
+    pub id: u64,
+    pub size: u64,
+    pub mtime: (i64, u32),
+}
+
+/// How a file ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Verified, durable and under its final name.
+    Landed,
+    /// Failed; `tell_peer`: the driver sends `FileError` with this message (the peer does not
+    /// know yet) and reports it.
+    Failed { side: Side, message: String, tell_peer: bool },
+}
+
+/// What the driver does next.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Action<T> {
+    /// Set up the file's part (temporary, journal) and say which chunks the store proves it
+    /// holds; `start_over`: discard any partial data and journal first.
+    Prepare { id: u64, start_over: bool },
+    /// Ask the sender for these chunk ranges (one `Want` message).
+    Want(Vec<WantFile>),
+    /// A chunk failed verification: ask the sender for it again (`ChunkBad`).
+    AskAgain { id: u64, chunk: u64 },
+    /// Every chunk verified and their hashes add up to the sender's whole-file hash: set the
+    /// length and metadata, make it durable (the barrier), then publish it under its final
+    /// name. `more_coming`: other files are still arriving, so batching the barrier pays.
+    Finalize { id: u64, file_hash: [u8; 32], more_coming: bool },
+    /// The chunks add up to a different file than the sender's: throw away the part and its
+    /// journal (the file starts over or fails; a `Done` or `Prepare` follows).
+    Abandon { id: u64 },
+    /// The file is finished and forgotten; `payload` is what the driver gave at `announce`.
+    Done { id: u64, payload: T, outcome: Outcome },
+    /// The process ran out of descriptors (or memory) with nothing of this session in flight
+    /// to give one back: wait this long, then poll again.
+    Wait(Duration),
+    /// The window was lowered to the files in flight because the process hit a limit.
+    Throttled { files: usize, window: usize },
+    /// End the session: every other file would fail the same way.
+    Stop { side: Side, trouble: Trouble, message: String },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Pending,
+    /// The driver is setting the part up (between `Prepare` and its answer).
+    Preparing,
+    Receiving,
+    Finalizing,
+}
+
+struct File<T> {
+    spec: FileSpec,
+    payload: T,
+    state: State,
+    assembly: Option<Assembly>,
+    /// Bytes wanted and not yet arrived verified.
+    outstanding: u64,
+    bad_chunks: u32,
+    retries: u32,
+}
+
+/// An input the machine refuses: about a file it does not hold (one already done, or never
+/// announced: the driver tells which from the ids it saw), or a chunk the file does not have.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refused {
+    UnknownFile,
+    ChunkOutOfRange,
+}
+
+/// The receiving side's decisions for one session.
+pub struct Receiver<T> {
+    window: Window,
+    chunk_size: u32,
+    /// Files in flight allowed now: the window, lowered when the process ran out of
+    /// descriptors and raised again by one per file that lands.
+    files_allowed: usize,
+    limit_waits: u32,
+    files: HashMap<u64, File<T>>,
+    pending: VecDeque<u64>,
+    /// Files set up and not yet sent in a `Want`.
+    batch: Vec<WantFile>,
+    preparing: Option<u64>,
+    outstanding_bytes: u64,
+    /// Files in `Receiving`.
+    receiving: usize,
+    /// Files in `Finalizing`: they still hold descriptors, so they count against the files
+    /// window (not against the bytes window: their data is here).
+    finalizing: usize,
+    manifest_end: bool,
+    stopped: bool,
+    actions: VecDeque<Action<T>>,
+}
+
+impl<T> Receiver<T> {
+    pub fn new(window: Window, chunk_size: u32) -> Self {
+        assert!(window.bytes > 0 && window.files > 0, "an empty window moves nothing");
+        Self {
+            window,
+            chunk_size,
+            files_allowed: window.files,
+            limit_waits: 0,
+            files: HashMap::new(),
+            pending: VecDeque::new(),
+            batch: Vec::new(),
+            preparing: None,
+            outstanding_bytes: 0,
+            receiving: 0,
+            finalizing: 0,
+            manifest_end: false,
+            stopped: false,
+            actions: VecDeque::new(),
+        }
+    }
+
+    /// A file to fetch (the driver already decided it is not identical at the destination).
+    pub fn announce(&mut self, spec: FileSpec, payload: T) {
+        let file = File { spec, payload, state: State::Pending, assembly: None, outstanding: 0, bad_chunks: 0, retries: 0 };
+        assert!(self.files.insert(spec.id, file).is_none(), "file {} announced twice", spec.id);
+        self.pending.push_back(spec.id);
+    }
+
+    /// The sender announced its last entry.
+    pub fn manifest_end(&mut self) {
+        self.manifest_end = true;
+    }
+
+    /// Every announced file is done and the manifest ended: the driver finishes the session.
+    pub fn is_finished(&self) -> bool {
+        self.manifest_end && self.files.is_empty()
+    }
+
+    /// Files announced and not yet done.
+    pub fn unfinished(&self) -> usize {
+        self.files.len()
+    }
+
+    /// What the driver gave with the file, while the machine holds it.
+    pub fn payload(&self, id: u64) -> Option<&T> {
+        self.files.get(&id).map(|f| &f.payload)
+    }
+
+    /// The part is set up; `resumed`: chunks the store proved it holds (journal records whose
+    /// data re-hashed right), which are not asked for again.
+    pub fn prepared(&mut self, id: u64, resumed: impl IntoIterator<Item = (u64, [u8; 32])>) {
+        assert_eq!(self.preparing.take(), Some(id), "prepared() answers the last Prepare");
+        self.limit_waits = 0;
+        let chunk_size = self.chunk_size;
+        let f = self.files.get_mut(&id).expect("a file being prepared is held");
+        debug_assert_eq!(f.state, State::Preparing);
+        let mut assembly = Assembly::new(f.spec.size, chunk_size);
+        for (index, hash) in resumed {
+            assert!(index < assembly.chunks(), "the store resumed chunk {index} of a {}-chunk file", assembly.chunks());
+            let _ = assembly.record(index, hash);
+        }
+        let ranges = assembly.verified().missing_ranges(u32::MAX);
+        let missing: u64 = ranges.iter().flat_map(|&(s, c)| s..s + u64::from(c)).map(|i| u64::from(chunk_range(f.spec.size, chunk_size, i).1)).sum();
+        f.state = State::Receiving;
+        f.outstanding = missing;
+        f.assembly = Some(assembly);
+        self.outstanding_bytes += missing;
+        self.receiving += 1;
+        self.batch.push(WantFile { id, ranges });
+        // A file the store already holds whole (or an empty one) waits only for the hash.
+    }
+
+    /// Setting the part up failed. A process limit (descriptors, memory) is waited out with
+    /// fewer files in flight; anything else fails this file.
+    pub fn prepare_failed(&mut self, id: u64, trouble: Trouble, message: String) {
+        assert_eq!(self.preparing.take(), Some(id), "prepare_failed() answers the last Prepare");
+        let f = self.files.get_mut(&id).expect("a file being prepared is held");
+        f.state = State::Pending;
+        if trouble == Trouble::ResourceLimit && self.limit_waits < MAX_LIMIT_WAITS {
+            self.pending.push_front(id);
+            let in_flight = self.receiving + self.finalizing;
+            if self.files_allowed == self.window.files {
+                self.actions.push_back(Action::Throttled { files: in_flight.max(1), window: self.window.files });
+            }
+            self.files_allowed = in_flight.max(1);
+            if in_flight == 0 {
+                // Nothing of ours to wait for: another session or process holds them.
+                self.limit_waits += 1;
+                self.actions.push_back(Action::Wait(Duration::from_millis(20 * u64::from(self.limit_waits))));
+            }
+            return;
+        }
+        if trouble == Trouble::NoSpace {
+            return self.stop(Side::Destination, trouble, message);
+        }
+        self.finish(id, Outcome::Failed { side: Side::Destination, message, tell_peer: true });
+    }
+
+    /// A chunk arrived, its hash matched the sender's, and it was written (and journaled).
+    /// `whole`: the sender marked it as the file's only chunk, so its hash gives the file's.
+    pub fn chunk_stored(&mut self, id: u64, index: u64, hash: [u8; 32], whole: bool) -> Result<(), Refused> {
+        let f = self.files.get_mut(&id).ok_or(Refused::UnknownFile)?;
+        let Some(a) = f.assembly.as_mut() else { return Ok(()) };
+        if index >= a.chunks() {
+            return Err(Refused::ChunkOutOfRange);
+        }
+        if a.record(index, hash).expect("index checked above") && f.state == State::Receiving {
+            let len = u64::from(chunk_range(f.spec.size, self.chunk_size, index).1);
+            assert!(f.outstanding >= len && self.outstanding_bytes >= len, "chunk {index} of file {id} arrived but was not outstanding");
+            f.outstanding -= len;
+            self.outstanding_bytes -= len;
+        }
+        if whole {
+            a.set_expected(file_hash(a.size, [&hash]));
+        }
+        self.try_complete(id);
+        Ok(())
+    }
+
+    /// A chunk's data did not match its hash (a corrupted record caught by the chunk check).
+    pub fn chunk_corrupt(&mut self, id: u64, index: u64) {
+        // A file that already failed (or finished) needs nothing more; saying so again for
+        // each of its chunks still in flight would flood the errors.
+        let Some(f) = self.files.get_mut(&id).filter(|f| f.state == State::Receiving) else { return };
+        f.bad_chunks += 1;
+        if f.bad_chunks > MAX_BAD_CHUNKS {
+            let message = "chunks keep failing verification (corruption on the path or in memory); check the network and hosts".to_string();
+            return self.fail(id, Side::Network, message);
+        }
+        self.actions.push_back(Action::AskAgain { id, chunk: index });
+    }
+
+    /// Writing a chunk failed.
+    pub fn write_failed(&mut self, id: u64, trouble: Trouble, message: String) {
+        if trouble == Trouble::NoSpace {
+            // Every other file would fail the same way: stop, keeping what is verified.
+            return self.stop(Side::Destination, trouble, message);
+        }
+        if self.files.contains_key(&id) {
+            self.fail(id, Side::Destination, message);
+        }
+    }
+
+    /// The sender's `FileEnd`: the file's hash, and its size and mtime now (a file changed
+    /// while it was sent fails, keeping its verified part for the next run).
+    pub fn file_end(&mut self, id: u64, hash: [u8; 32], size: u64, mtime: (i64, u32)) -> Result<(), Refused> {
+        let f = self.files.get_mut(&id).ok_or(Refused::UnknownFile)?;
+        if f.state != State::Receiving {
+            return Ok(());
+        }
+        if size != f.spec.size || mtime != f.spec.mtime {
+            self.fail(id, Side::Source, "file changed while it was being sent; re-run to send the new version".into());
+            return Ok(());
+        }
+        f.assembly.as_mut().expect("a receiving file has its assembly").set_expected(hash);
+        self.try_complete(id);
+        Ok(())
+    }
+
+    /// The sender could not send the file (it said why in `FileError`).
+    pub fn peer_failed(&mut self, id: u64, side: Side, message: String) {
+        if self.files.get(&id).is_some_and(|f| f.state != State::Finalizing) {
+            self.finish(id, Outcome::Failed { side, message, tell_peer: false });
+        }
+    }
+
+    /// The file is durable and under its final name.
+    pub fn finalized(&mut self, id: u64) {
+        let f = self.files.get(&id).expect("finalized() answers a Finalize");
+        assert_eq!(f.state, State::Finalizing, "file {id} finalized twice");
+        self.finish(id, Outcome::Landed);
+    }
+
+    /// Making the file durable or publishing it failed. A whole-file mismatch (found on a
+    /// `--verify full` re-read) starts the file over once.
+    pub fn finalize_failed(&mut self, id: u64, trouble: Trouble, message: String) {
+        let f = self.files.get_mut(&id).expect("finalize_failed() answers a Finalize");
+        assert_eq!(f.state, State::Finalizing, "file {id} was not being finalized");
+        if trouble == Trouble::WholeFileMismatch && f.retries < MAX_FILE_RETRIES {
+            self.finalizing -= 1;
+            self.start_over(id);
+            return;
+        }
+        if trouble == Trouble::NoSpace {
+            return self.stop(Side::Destination, trouble, message);
+        }
+        self.finish(id, Outcome::Failed { side: Side::Destination, message, tell_peer: true });
+    }
+
+    /// The next thing to do, or `None` until the next input.
+    pub fn poll_action(&mut self) -> Option<Action<T>> {
+        if let Some(a) = self.actions.pop_front() {
+            return Some(a);
+        }
+        if self.stopped {
+            return None;
+        }
+        assert!(self.preparing.is_none(), "poll_action() before the last Prepare was answered");
+        // Fill the whole window now, in messages of at most MAX_WANT_BATCH files: waiting for
+        // the next input between messages would let a path with many small files run dry.
+        if self.batch.len() < MAX_WANT_BATCH
+            && self.has_room()
+            && let Some(id) = self.pending.pop_front()
+        {
+            let f = self.files.get_mut(&id).expect("a pending file is held");
+            debug_assert_eq!(f.state, State::Pending);
+            f.state = State::Preparing;
+            self.preparing = Some(id);
+            return Some(Action::Prepare { id, start_over: f.retries > 0 });
+        }
+        if !self.batch.is_empty() {
+            return Some(Action::Want(std::mem::take(&mut self.batch)));
+        }
+        None
+    }
+
+    fn has_room(&self) -> bool {
+        self.receiving + self.finalizing < self.files_allowed && self.outstanding_bytes < self.window.bytes
+    }
+
+    /// A verified file goes to be finalized; a file whose chunks add up to another file
+    /// starts over (once).
+    fn try_complete(&mut self, id: u64) {
+        let f = self.files.get_mut(&id).expect("caller checked");
+        let Some(a) = f.assembly.as_ref().filter(|a| a.is_ready()) else { return };
+        if f.state != State::Receiving {
+            return;
+        }
+        assert_eq!(f.outstanding, 0, "file {id} complete with bytes outstanding");
+        self.receiving -= 1;
+        if a.verify().is_err() {
+            // A journal from an older version of the source, say: start this file over once.
+            self.actions.push_back(Action::Abandon { id });
+            f.state = State::Pending;
+            f.assembly = None;
+            if f.retries < MAX_FILE_RETRIES {
+                self.start_over(id);
+            } else {
+                self.finish(
+                    id,
+                    Outcome::Failed {
+                        side: Side::Network,
+                        message: "whole-file hash does not match the source's after starting the file over; re-run, and check the hosts' memory and the path if it happens again".into(),
+                        tell_peer: true,
+                    },
+                );
+            }
+            return;
+        }
+        let hash = file_hash(a.size, (0..a.chunks()).map(|i| a.hash_of(i).expect("every chunk verified")));
+        f.state = State::Finalizing;
+        f.assembly = None;
+        self.finalizing += 1;
+        // With the window full, nothing more can arrive before this batch is done: do not wait.
+        let more_coming = self.receiving > 0 && self.receiving + self.finalizing < self.files_allowed;
+        self.actions.push_back(Action::Finalize { id, file_hash: hash, more_coming });
+    }
+
+    fn start_over(&mut self, id: u64) {
+        let f = self.files.get_mut(&id).expect("caller checked");
+        f.retries += 1;
+        f.state = State::Pending;
+        f.assembly = None;
+        f.bad_chunks = 0;
+        self.pending.push_front(id);
+    }
+
+    /// Fails a file the driver learned something bad about (its data stays for the next run).
+    fn fail(&mut self, id: u64, side: Side, message: String) {
+        if self.files.get(&id).is_some_and(|f| f.state != State::Finalizing) {
+            self.finish(id, Outcome::Failed { side, message, tell_peer: true });
+        }
+    }
+
+    /// Takes the file out of the window and the machine.
+    fn finish(&mut self, id: u64, outcome: Outcome) {
+        let f = self.files.remove(&id).expect("caller checked");
+        match f.state {
+            State::Receiving => {
+                assert!(self.outstanding_bytes >= f.outstanding);
+                self.outstanding_bytes -= f.outstanding;
+                self.receiving -= 1;
+            }
+            State::Finalizing => self.finalizing -= 1,
+            State::Pending => self.pending.retain(|&p| p != id),
+            State::Preparing => unreachable!("a file being prepared is answered first"),
+        }
+        if outcome == Outcome::Landed {
+            self.files_allowed = (self.files_allowed + 1).min(self.window.files);
+        }
+        self.actions.push_back(Action::Done { id, payload: f.payload, outcome });
+    }
+
+    fn stop(&mut self, side: Side, trouble: Trouble, message: String) {
+        self.stopped = true;
+        self.actions.push_back(Action::Stop { side, trouble, message });
+    }
+
+    /// Checks the window's bookkeeping against the files (O(files in flight): tests and the
+    /// simulation call it after every step).
+    pub fn check_invariants(&self) {
+        let mut bytes = 0;
+        let (mut receiving, mut finalizing) = (0, 0);
+        for (id, f) in &self.files {
+            match f.state {
+                State::Receiving => {
+                    receiving += 1;
+                    bytes += f.outstanding;
+                    assert!(f.assembly.is_some(), "receiving file {id} has no assembly");
+                }
+                State::Finalizing => finalizing += 1,
+                State::Pending | State::Preparing => assert_eq!(f.outstanding, 0),
+            }
+        }
+        assert_eq!(bytes, self.outstanding_bytes, "outstanding bytes disagree with the files");
+        assert_eq!((receiving, finalizing), (self.receiving, self.finalizing), "file counts disagree");
+        assert!(self.files_allowed >= 1 && self.files_allowed <= self.window.files);
+        assert!(self.pending.len() <= self.files.len());
+    }
+
+    /// Bytes wanted and not yet arrived, and files receiving or finalizing (for the driver's
+    /// progress and the simulation's window checks).
+    pub fn in_flight(&self) -> (u64, usize) {
+        (self.outstanding_bytes, self.receiving + self.finalizing)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CHUNK: u32 = 64 << 10;
+
+    fn machine(bytes: u64, files: usize) -> Receiver<&'static str> {
+        Receiver::new(Window { bytes, files }, CHUNK)
+    }
+
+    fn spec(id: u64, size: u64) -> FileSpec {
+        FileSpec { id, size, mtime: (1, 2) }
+    }
+
+    fn h(i: u64) -> [u8; 32] {
+        *blake3::hash(&i.to_le_bytes()).as_bytes()
+    }
+
+    fn drain(r: &mut Receiver<&'static str>) -> Vec<Action<&'static str>> {
+        let mut out = Vec::new();
+        while let Some(a) = r.poll_action() {
+            if let Action::Prepare { id, .. } = a {
+                r.prepared(id, []);
+            }
+            out.push(a);
+            r.check_invariants();
+        }
+        out
+    }
+
+    fn complete(r: &mut Receiver<&'static str>, id: u64, size: u64) {
+        let n = crate::chunk::chunk_count(size, CHUNK);
+        for i in 0..n {
+            r.chunk_stored(id, i, h(i), false).unwrap();
+        }
+        let hashes: Vec<_> = (0..n).map(h).collect();
+        r.file_end(id, file_hash(size, &hashes), size, (1, 2)).unwrap();
+    }
+
+    #[test]
+    fn the_window_holds_files_until_earlier_ones_land() {
+        let mut r = machine(1 << 30, 2);
+        for id in 0..3 {
+            r.announce(spec(id, 100), "f");
+        }
+        let a = drain(&mut r);
+        let wanted: Vec<u64> = a.iter().filter_map(|a| if let Action::Want(w) = a { Some(w.iter().map(|w| w.id).collect::<Vec<_>>()) } else { None }).flatten().collect();
+        assert_eq!(wanted, vec![0, 1], "two files fit the window");
+        complete(&mut r, 0, 100);
+        assert!(matches!(drain(&mut r)[..], [Action::Finalize { id: 0, .. }]), "finalizing still holds its place");
+        r.finalized(0);
+        let a = drain(&mut r);
+        assert!(matches!(&a[0], Action::Done { id: 0, outcome: Outcome::Landed, .. }));
+        assert!(a.iter().any(|a| matches!(a, Action::Want(w) if w[0].id == 2)), "the landed file's place goes to the next");
+    }
+
+    #[test]
+    fn resumed_chunks_are_not_asked_for_again() {
+        let mut r = machine(1 << 30, 8);
+        r.announce(spec(7, 5 * u64::from(CHUNK)), "f");
+        assert_eq!(r.poll_action(), Some(Action::Prepare { id: 7, start_over: false }));
+        r.prepared(7, [(0, h(0)), (1, h(1)), (3, h(3))]);
+        assert_eq!(r.poll_action(), Some(Action::Want(vec![WantFile { id: 7, ranges: vec![(2, 1), (4, 1)] }])));
+        assert_eq!(r.in_flight(), (2 * u64::from(CHUNK), 1));
+    }
+
+    #[test]
+    fn a_whole_file_mismatch_starts_over_once_then_fails() {
+        let mut r = machine(1 << 30, 8);
+        let size = 3 * u64::from(CHUNK);
+        r.announce(spec(1, size), "f");
+        drain(&mut r);
+        for i in 0..3 {
+            r.chunk_stored(1, i, h(i), false).unwrap();
+        }
+        r.file_end(1, [9; 32], size, (1, 2)).unwrap();
+        let a = drain(&mut r);
+        assert_eq!(a[0], Action::Abandon { id: 1 });
+        assert_eq!(a[1], Action::Prepare { id: 1, start_over: true });
+        for i in 0..3 {
+            r.chunk_stored(1, i, h(i), false).unwrap();
+        }
+        r.file_end(1, [9; 32], size, (1, 2)).unwrap();
+        let a = drain(&mut r);
+        assert!(matches!(&a[1], Action::Done { id: 1, outcome: Outcome::Failed { tell_peer: true, .. }, .. }), "{a:?}");
+        assert!(r.is_finished() || !r.manifest_end);
+    }
+
+    #[test]
+    fn corrupt_chunks_are_asked_for_again_up_to_a_bound() {
+        let mut r = machine(1 << 30, 8);
+        r.announce(spec(1, 100), "f");
+        drain(&mut r);
+        for _ in 0..MAX_BAD_CHUNKS {
+            r.chunk_corrupt(1, 0);
+            assert_eq!(r.poll_action(), Some(Action::AskAgain { id: 1, chunk: 0 }));
+        }
+        r.chunk_corrupt(1, 0);
+        assert!(matches!(r.poll_action(), Some(Action::Done { outcome: Outcome::Failed { side: Side::Network, .. }, .. })));
+        r.chunk_corrupt(1, 0);
+        assert_eq!(r.poll_action(), None, "a failed file's late chunks say nothing more");
+        r.check_invariants();
+    }
+
+    #[test]
+    fn out_of_descriptors_lowers_the_window_and_waits_when_nothing_is_in_flight() {
+        let mut r = machine(1 << 30, 16);
+        r.announce(spec(1, 100), "a");
+        r.announce(spec(2, 100), "b");
+        assert_eq!(r.poll_action(), Some(Action::Prepare { id: 1, start_over: false }));
+        r.prepare_failed(1, Trouble::ResourceLimit, "EMFILE".into());
+        assert_eq!(r.poll_action(), Some(Action::Throttled { files: 1, window: 16 }));
+        assert_eq!(r.poll_action(), Some(Action::Wait(Duration::from_millis(20))));
+        assert_eq!(r.poll_action(), Some(Action::Prepare { id: 1, start_over: false }));
+        r.prepared(1, []);
+        assert!(matches!(r.poll_action(), Some(Action::Want(w)) if w.len() == 1), "one file at a time now");
+        complete(&mut r, 1, 100);
+        drain(&mut r);
+        r.finalized(1);
+        let a = drain(&mut r);
+        assert!(a.iter().any(|a| matches!(a, Action::Want(w) if w[0].id == 2)));
+    }
+
+    #[test]
+    fn no_space_stops_the_session() {
+        let mut r = machine(1 << 30, 8);
+        r.announce(spec(1, 100), "f");
+        drain(&mut r);
+        r.write_failed(1, Trouble::NoSpace, "No space left on device".into());
+        assert!(matches!(r.poll_action(), Some(Action::Stop { trouble: Trouble::NoSpace, .. })));
+        r.announce(spec(2, 100), "g");
+        assert_eq!(r.poll_action(), None);
+    }
+
+    #[test]
+    fn a_file_changed_at_the_source_fails_and_its_peers_go_on() {
+        let mut r = machine(1 << 30, 8);
+        r.announce(spec(1, 100), "f");
+        r.announce(spec(2, 100), "g");
+        r.manifest_end();
+        drain(&mut r);
+        r.chunk_stored(1, 0, h(0), false).unwrap();
+        r.file_end(1, file_hash(100, [&h(0)]), 200, (1, 2)).unwrap();
+        assert!(matches!(r.poll_action(), Some(Action::Done { id: 1, outcome: Outcome::Failed { side: Side::Source, .. }, .. })));
+        r.chunk_stored(2, 0, h(5), true).unwrap();
+        assert!(matches!(r.poll_action(), Some(Action::Finalize { id: 2, .. })));
+        r.finalized(2);
+        drain(&mut r);
+        assert!(r.is_finished());
+    }
+
+    #[test]
+    fn unknown_files_and_chunks_out_of_range_are_refused() {
+        let mut r = machine(1 << 30, 8);
+        assert_eq!(r.chunk_stored(3, 0, h(0), false), Err(Refused::UnknownFile));
+        r.announce(spec(1, 100), "f");
+        drain(&mut r);
+        assert_eq!(r.chunk_stored(1, 5, h(0), false), Err(Refused::ChunkOutOfRange));
+        assert_eq!(r.file_end(4, [0; 32], 1, (1, 2)), Err(Refused::UnknownFile));
+    }
+}

@@ -1,0 +1,443 @@
+//! A deterministic simulation of whole transfers through the receiving machine.
+//!
+//! One seed decides everything: the tree (files of a few tiny chunks), a link whose data
+//! streams delay, reorder, duplicate and corrupt chunks, a source that changes under the
+//! transfer, a store that loses what no barrier made durable when the power goes, and sessions
+//! cut or killed at random moments and run again, as a user re-runs the same command. The
+//! sender is modelled as the protocol says it behaves (docs/protocol.md); the receiving
+//! machine is the one the engine runs. After every step the invariants of ARCHITECTURE.md are
+//! checked:
+//!
+//! 1. nothing is published before every chunk is verified and the whole-file hash matched the
+//!    source's: what lands under a final name is exactly a version of the source file;
+//! 2. the window is never exceeded (files in flight, and bytes beyond one file's worth);
+//! 3. after a crash and resume, no chunk the store proves it holds is asked for again;
+//! 4. a file is reported landed only when it is under its final name, durable;
+//! 5. in the end (faults stop after some sessions) every file landed, at its latest version.
+//!
+//! `cargo test -p tern-proto sim` runs 10,000 seeds; `TERN_SIM_SEEDS=N` is not read here
+//! (tern-proto reads no environment): change `SEEDS` locally to explore more.
+
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
+
+use super::Trouble;
+use super::receiver::{Action, FileSpec, Outcome, Receiver, Window};
+use crate::chunk::{chunk_count, chunk_range, file_hash};
+use crate::msg::WantFile;
+
+const SEEDS: u64 = 10_000;
+const CHUNK: u32 = 8;
+/// Sessions after which the link and the store stop failing, so every seed must converge.
+const FAULTY_SESSIONS: u32 = 6;
+const MAX_SESSIONS: u32 = 12;
+const MAX_STEPS_PER_SESSION: usize = 20_000;
+
+/// splitmix64: small, fast, and the same on every machine.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    /// True with probability `per_mille` / 1000.
+    fn chance(&mut self, per_mille: u64) -> bool {
+        self.below(1000) < per_mille
+    }
+}
+
+/// The source tree: each file's bytes at each version.
+struct Source {
+    sizes: Vec<u64>,
+    versions: Vec<u32>,
+}
+
+impl Source {
+    fn content(&self, id: usize, version: u32) -> Vec<u8> {
+        (0..self.sizes[id]).map(|i| (i as u8).wrapping_mul(31) ^ (id as u8).wrapping_mul(7) ^ (version as u8).wrapping_mul(101)).collect()
+    }
+    fn chunk(&self, id: usize, version: u32, index: u64) -> Vec<u8> {
+        let (off, len) = chunk_range(self.sizes[id], CHUNK, index);
+        self.content(id, version)[off as usize..off as usize + len as usize].to_vec()
+    }
+    fn mtime(&self, id: usize) -> (i64, u32) {
+        (1_700_000_000 + i64::from(self.versions[id]), 0)
+    }
+    fn spec(&self, id: usize) -> FileSpec {
+        FileSpec { id: id as u64, size: self.sizes[id], mtime: self.mtime(id) }
+    }
+    fn file_hash(&self, id: usize, version: u32) -> [u8; 32] {
+        let n = chunk_count(self.sizes[id], CHUNK);
+        let hashes: Vec<[u8; 32]> = (0..n).map(|i| hash(&self.chunk(id, version, i))).collect();
+        file_hash(self.sizes[id], &hashes)
+    }
+}
+
+fn hash(data: &[u8]) -> [u8; 32] {
+    *blake3::hash(data).as_bytes()
+}
+
+/// One stored item: whether a barrier made it durable.
+#[derive(Clone)]
+struct Kept<T> {
+    value: T,
+    durable: bool,
+}
+
+/// A partial file: chunk data and journal records, each durable or not.
+#[derive(Clone, Default)]
+struct Part {
+    /// The source version the journal's header names (size and mtime, in the real journal).
+    version: u32,
+    data: BTreeMap<u64, Kept<Vec<u8>>>,
+    /// Chunks this attempt wrote or resumed: a second copy is never written over them (the
+    /// engine's `Sink::claim`), so what was verified is what gets published.
+    claimed: HashSet<u64>,
+    journal: Vec<Kept<(u64, [u8; 32])>>,
+}
+
+/// The destination: partial files in tern's namespace and published files under final names.
+#[derive(Default)]
+struct Store {
+    parts: HashMap<usize, Part>,
+    finals: HashMap<usize, Kept<Vec<u8>>>,
+}
+
+impl Store {
+    /// Power loss: what no barrier made durable survives or not, item by item (a journal record
+    /// may outlive its data: the resume must re-hash, never trust the journal alone).
+    fn power_loss(&mut self, rng: &mut Rng) {
+        for part in self.parts.values_mut() {
+            part.data.retain(|_, k| k.durable || rng.chance(500));
+            part.journal.retain(|k| k.durable || rng.chance(500));
+        }
+        self.finals.retain(|_, k| k.durable);
+    }
+    fn barrier(&mut self) {
+        for part in self.parts.values_mut() {
+            part.data.values_mut().for_each(|k| k.durable = true);
+            part.journal.iter_mut().for_each(|k| k.durable = true);
+        }
+        self.finals.values_mut().for_each(|k| k.durable = true);
+    }
+}
+
+#[derive(Debug)]
+enum Event {
+    /// A chunk on a data stream reaches the receiver (`corrupt`: the chunk check fails).
+    /// `whole`: a one-chunk file's only chunk, read while the file still had its announced
+    /// size and mtime (the sender checks), so its hash is the file's.
+    Chunk { id: usize, index: u64, data: Vec<u8>, corrupt: bool, whole: bool },
+    /// The sender's `FileEnd`, on the control channel.
+    FileEnd { id: usize, hash: [u8; 32], size: u64, mtime: (i64, u32) },
+    /// The sender's `Want` handling: the files and ranges reach the sender.
+    Want(Vec<WantFile>),
+    /// A stream reset at the sender: the frames in flight on it are read again and resent,
+    /// so the receiver may get a chunk twice, the second copy read later from the source.
+    Reread { id: usize, index: u64 },
+    /// The receiver's `ChunkBad` reaches the sender.
+    ChunkBad { id: usize, index: u64 },
+    /// The finalizer's batch: barrier, then publish each.
+    Finalize(Vec<(usize, [u8; 32])>),
+}
+
+/// A session of one run: the machine, its in-flight events and the sender's view.
+struct Session<'a> {
+    rng: &'a mut Rng,
+    src: &'a mut Source,
+    store: &'a mut Store,
+    machine: Receiver<usize>,
+    window: Window,
+    now: u64,
+    seq: u64,
+    /// Due times in order; the events themselves by sequence number.
+    queue: BinaryHeap<std::cmp::Reverse<(u64, u64)>>,
+    events: HashMap<u64, Event>,
+    /// Control messages keep their order: each is sent no earlier than the one before.
+    control_at: u64,
+    /// The version each announced file had when this session announced it.
+    announced: HashMap<usize, u32>,
+    /// Chunks the store proved at Prepare, per file: never wanted in the same attempt.
+    proven: HashMap<usize, HashSet<u64>>,
+    /// Versions the sender is sending, per file (the source may change meanwhile).
+    faulty: bool,
+    largest: u64,
+    landed: HashSet<usize>,
+    finalizing: Vec<(usize, [u8; 32])>,
+}
+
+impl Session<'_> {
+    fn at(&mut self, delay: u64, ev: Event) {
+        self.seq += 1;
+        self.queue.push(std::cmp::Reverse((self.now + delay, self.seq)));
+        self.events.insert(self.seq, ev);
+    }
+    fn control(&mut self, ev: Event) {
+        let delay = 5 + self.rng.below(5);
+        self.control_at = self.control_at.max(self.now + delay);
+        let at = self.control_at - self.now;
+        self.at(at, ev);
+    }
+
+    /// Runs the machine's actions, checking the invariants after each.
+    fn drive(&mut self) -> Result<(), &'static str> {
+        while let Some(action) = self.machine.poll_action() {
+            match action {
+                Action::Prepare { id, start_over } => self.prepare(id as usize, start_over),
+                Action::Want(files) => {
+                    for w in &files {
+                        let proven = self.proven.get(&(w.id as usize)).cloned().unwrap_or_default();
+                        for &(start, count) in &w.ranges {
+                            for i in start..start + u64::from(count) {
+                                assert!(!proven.contains(&i), "invariant 3: chunk {i} of file {} wanted although the store proved it holds it", w.id);
+                            }
+                        }
+                    }
+                    let delay = 5 + self.rng.below(5);
+                    self.at(delay, Event::Want(files));
+                }
+                Action::AskAgain { id, chunk } => self.control(Event::ChunkBad { id: id as usize, index: chunk }),
+                Action::Finalize { id, file_hash: h, more_coming: _ } => {
+                    let id = id as usize;
+                    let version = self.announced[&id];
+                    assert_eq!(h, self.src.file_hash(id, version), "invariant 1: file {id} finalized with a hash that is not its announced version's");
+                    let part = self.store.parts.get(&id).expect("a finalized file has its part");
+                    let n = chunk_count(self.src.sizes[id], CHUNK);
+                    for i in 0..n {
+                        let have = part.data.get(&i).map(|k| &k.value);
+                        assert_eq!(have, Some(&self.src.chunk(id, version, i)), "invariant 1: file {id} finalized but chunk {i} in store is not the source's");
+                    }
+                    self.finalizing.push((id, h));
+                    if self.finalizing.len() >= 3 || self.rng.chance(500) {
+                        let batch = std::mem::take(&mut self.finalizing);
+                        let delay = 1 + self.rng.below(20);
+                        self.at(delay, Event::Finalize(batch));
+                    }
+                }
+                Action::Abandon { id } => {
+                    self.store.parts.remove(&(id as usize));
+                }
+                Action::Done { id, payload, outcome } => {
+                    assert_eq!(id as usize, payload);
+                    if outcome == Outcome::Landed {
+                        let want = self.src.content(payload, self.announced[&payload]);
+                        let have = self.store.finals.get(&payload).expect("invariant 4: landed but nothing under the final name");
+                        assert!(have.durable, "invariant 4: landed before durable");
+                        assert_eq!(have.value, want, "invariant 1/4: file {payload} landed with other bytes than its announced version");
+                        self.landed.insert(payload);
+                    }
+                }
+                Action::Wait(pause) => self.now += pause.as_millis() as u64,
+                Action::Throttled { .. } => {}
+                Action::Stop { .. } => return Err("stopped"),
+            }
+            self.machine.check_invariants();
+            let (bytes, files) = self.machine.in_flight();
+            assert!(files <= self.window.files, "invariant 2: {files} files in flight, window {}", self.window.files);
+            assert!(bytes < self.window.bytes + self.largest.max(1), "invariant 2: {bytes} bytes outstanding, window {}", self.window.bytes);
+        }
+        if !self.finalizing.is_empty() {
+            // Nothing more arrives before this batch: the finalizer does not wait (more_coming).
+            let batch = std::mem::take(&mut self.finalizing);
+            self.at(1, Event::Finalize(batch));
+        }
+        Ok(())
+    }
+
+    /// The store's setup of a part: resume from the journal, re-hashing what it claims.
+    fn prepare(&mut self, id: usize, start_over: bool) {
+        let version = self.announced[&id];
+        if self.faulty && self.rng.chance(20) {
+            return self.machine.prepare_failed(id as u64, Trouble::ResourceLimit, "Too many open files".into());
+        }
+        let part = self.store.parts.entry(id).or_default();
+        if start_over || part.version != version {
+            *part = Part { version, ..Part::default() };
+        }
+        let mut proven = HashSet::new();
+        let mut resumed = Vec::new();
+        for rec in &part.journal {
+            let (index, h) = rec.value;
+            if part.data.get(&index).is_some_and(|d| hash(&d.value) == h) && proven.insert(index) {
+                resumed.push((index, h));
+            }
+        }
+        part.claimed = proven.clone();
+        self.proven.insert(id, proven);
+        self.machine.prepared(id as u64, resumed);
+    }
+
+    /// One event; `Err` when the session ends early (stopped).
+    fn step(&mut self, ev: Event) -> Result<(), &'static str> {
+        match ev {
+            Event::Chunk { id, index, data, corrupt, whole } => {
+                if corrupt {
+                    self.machine.chunk_corrupt(id as u64, index);
+                } else if self.machine.payload(id as u64).is_some() && self.store.parts.contains_key(&id) {
+                    if self.faulty && self.rng.chance(2) {
+                        self.machine.write_failed(id as u64, Trouble::NoSpace, "No space left on device".into());
+                        return self.drive();
+                    }
+                    let h = hash(&data);
+                    let part = self.store.parts.get_mut(&id).expect("checked above");
+                    if !part.claimed.insert(index) {
+                        return self.drive(); // a duplicate: dropped unwritten
+                    }
+                    part.data.insert(index, Kept { value: data, durable: false });
+                    part.journal.push(Kept { value: (index, h), durable: false });
+                    self.machine.chunk_stored(id as u64, index, h, whole).expect("the chunk is in range");
+                }
+            }
+            Event::FileEnd { id, hash, size, mtime } => {
+                let _ = self.machine.file_end(id as u64, hash, size, mtime);
+            }
+            Event::Want(files) => {
+                for w in files {
+                    let id = w.id as usize;
+                    // The sender reads the file as it is now: the source may have changed.
+                    let version = self.src.versions[id];
+                    for (start, count) in w.ranges {
+                        for index in start..start + u64::from(count) {
+                            self.send_chunk(id, version, index);
+                        }
+                    }
+                    // FileEnd after the last chunk was sent, with the file's size and mtime now.
+                    let (h, size, mtime) = (self.src.file_hash(id, version), self.src.sizes[id], self.src.mtime(id));
+                    self.control(Event::FileEnd { id, hash: h, size, mtime });
+                }
+            }
+            Event::Reread { id, index } => {
+                let version = self.src.versions[id];
+                let data = self.src.chunk(id, version, index);
+                let delay = 1 + self.rng.below(40);
+                self.at(delay, Event::Chunk { id, index, data, corrupt: false, whole: false });
+            }
+            Event::ChunkBad { id, index } => {
+                let version = self.src.versions[id];
+                self.send_chunk(id, version, index);
+            }
+            Event::Finalize(batch) => {
+                if self.faulty && self.rng.chance(30) {
+                    // Storage corrupted the data at rest (caught by --verify full's re-read).
+                    let (id, _) = batch[0];
+                    self.machine.finalize_failed(id as u64, Trouble::WholeFileMismatch, "whole-file hash of the written data does not match on re-read".into());
+                    for &(id, _) in &batch[1..] {
+                        self.publish(id);
+                    }
+                } else {
+                    for &(id, _) in &batch {
+                        self.publish(id);
+                    }
+                }
+            }
+        }
+        self.drive()
+    }
+
+    fn send_chunk(&mut self, id: usize, version: u32, index: u64) {
+        let data = self.src.chunk(id, version, index);
+        let corrupt = self.faulty && self.rng.chance(30);
+        let whole = chunk_count(self.src.sizes[id], CHUNK) == 1 && self.announced.get(&id) == Some(&version) && self.rng.chance(500);
+        let delay = 1 + self.rng.below(40);
+        self.at(delay, Event::Chunk { id, index, data: data.clone(), corrupt, whole });
+        if self.faulty && self.rng.chance(20) {
+            let delay = 1 + self.rng.below(40);
+            self.at(delay, Event::Reread { id, index });
+        }
+    }
+
+    fn publish(&mut self, id: usize) {
+        self.store.barrier();
+        let part = self.store.parts.remove(&id).expect("a finalized file has its part");
+        let n = chunk_count(self.src.sizes[id], CHUNK);
+        let bytes: Vec<u8> = (0..n).flat_map(|i| part.data[&i].value.clone()).collect();
+        self.store.finals.insert(id, Kept { value: bytes, durable: true });
+        self.machine.finalized(id as u64);
+    }
+}
+
+/// One seed: a tree copied by runs of the same command until it is all there.
+fn run_seed(seed: u64) {
+    let mut rng = Rng(seed);
+    let files = 1 + rng.below(12) as usize;
+    let mut src = Source { sizes: (0..files).map(|_| rng.below(6 * u64::from(CHUNK))).collect(), versions: vec![0; files] };
+    let largest = src.sizes.iter().copied().max().unwrap_or(0);
+    let mut store = Store::default();
+    for session in 0..MAX_SESSIONS {
+        let faulty = session < FAULTY_SESSIONS;
+        let window = Window { bytes: 1 + rng.below(4 * u64::from(CHUNK)), files: 1 + rng.below(4) as usize };
+        let mut s = Session {
+            machine: Receiver::new(window, CHUNK),
+            rng: &mut rng,
+            src: &mut src,
+            store: &mut store,
+            window,
+            now: 0,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            events: HashMap::new(),
+            control_at: 0,
+            announced: HashMap::new(),
+            proven: HashMap::new(),
+            faulty,
+            largest,
+            landed: HashSet::new(),
+            finalizing: Vec::new(),
+        };
+        // The sender announces every file; the receiver skips those already there at this
+        // version (size and mtime match), as a re-run does.
+        for id in 0..files {
+            let version = s.src.versions[id];
+            let there = s.store.finals.get(&id).is_some_and(|k| k.value == s.src.content(id, version));
+            if !there {
+                s.announced.insert(id, version);
+                s.machine.announce(s.src.spec(id), id);
+            }
+        }
+        s.machine.manifest_end();
+        let mut cut = s.drive().is_err();
+        let mut steps = 0;
+        while !cut && !s.machine.is_finished() {
+            steps += 1;
+            assert!(steps < MAX_STEPS_PER_SESSION, "seed {seed}: session {session} makes no progress");
+            let Some(std::cmp::Reverse((at, seq))) = s.queue.pop() else {
+                panic!("seed {seed}: session {session} waits for nothing with {} files unfinished", s.machine.unfinished());
+            };
+            s.now = s.now.max(at);
+            let ev = s.events.remove(&seq).expect("every queued time has its event");
+            if faulty && s.rng.chance(20) {
+                // The user's edit: the file changes while it is being sent.
+                let id = s.rng.below(files as u64) as usize;
+                s.src.versions[id] += 1;
+            }
+            if faulty && s.rng.chance(4) {
+                cut = true; // kill -9 or a network cut: everything in flight is lost
+                break;
+            }
+            cut = s.step(ev).is_err();
+        }
+        let power_loss = cut && s.rng.chance(500);
+        drop(s);
+        if power_loss {
+            store.power_loss(&mut rng);
+        }
+        let all_there = (0..files).all(|id| store.finals.get(&id).is_some_and(|k| k.value == src.content(id, src.versions[id])));
+        if all_there && !faulty {
+            return;
+        }
+    }
+    panic!("seed {seed}: not every file landed at its latest version after {MAX_SESSIONS} runs");
+}
+
+#[test]
+fn ten_thousand_seeded_transfers_keep_every_invariant() {
+    for seed in 0..SEEDS {
+        run_seed(seed);
+    }
+}
