@@ -11,6 +11,7 @@ pub mod data;
 pub mod filter;
 pub mod frame;
 pub mod glob;
+pub mod journal;
 pub mod msg;
 pub mod path;
 pub mod ramp;
