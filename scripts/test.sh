@@ -50,8 +50,9 @@ if [[ ${1:-} == "--" ]]; then filter=("${@:2}"); fi
 # Two test threads: the integration tests each run several tern processes on this 2-core box.
 timeout 2400 cargo test --workspace --locked --no-fail-fast -- --test-threads=2 "${filter[@]}"
 
-# A brief libFuzzer run per fuzz target (about 2 minutes in all; skipped without nightly). The
-# stable replay of the committed corpus already ran above (tern-proto's fuzz_corpus test).
+# A brief libFuzzer run per fuzz target (20 s each, ~110 s in all once fuzz/target is built;
+# skipped without nightly). The stable replay of the committed corpus already ran above
+# (tern-proto's fuzz_corpus test).
 if ((${#filter[@]} == 0)); then
   scripts/fuzz.sh
 fi
