@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: unit, property, and integration tests against real daemons, a real sshd,
 # real sockets and real file systems. Installs what the tests need first (Debian, as root).
-#   scripts/test.sh            # everything
+#   scripts/test.sh            # everything, then scripts/fuzz.sh (a brief fuzz run, nightly only)
 #   scripts/test.sh -- NAME    # only tests whose name contains NAME
 #   scripts/test.sh -- python  # the Python client's tests (python/tests), after a build
 set -euo pipefail
@@ -49,6 +49,13 @@ filter=()
 if [[ ${1:-} == "--" ]]; then filter=("${@:2}"); fi
 # Two test threads: the integration tests each run several tern processes on this 2-core box.
 timeout 2400 cargo test --workspace --locked --no-fail-fast -- --test-threads=2 "${filter[@]}"
+
+# A brief libFuzzer run per fuzz target (20 s each, ~110 s in all once fuzz/target is built;
+# skipped without nightly). The stable replay of the committed corpus already ran above
+# (tern-proto's fuzz_corpus test).
+if ((${#filter[@]} == 0)); then
+  scripts/fuzz.sh
+fi
 
 # The Python client (python/, docs/python.md) against the tern binary cargo just built: pytest
 # starts a real `tern serve` from it. pytest and the package's build backend come from PyPI.

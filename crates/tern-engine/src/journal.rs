@@ -2,54 +2,25 @@
 //! Format and durability argument: `docs/journal.md`.
 
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, BufReader, Read, Write};
 use std::os::fd::AsFd;
 
 use rustix::fs::{self as rfs, Mode, OFlags};
+use tern_proto::journal::{HEADER_LEN, RECORD_LEN, Replay, encode_record};
+pub use tern_proto::journal::{JournalHeader, Verified};
 
-const MAGIC: &[u8; 8] = b"TERNJRN1";
-const HEADER_LEN: usize = 8 + 8 + 8 + 4 + 4 + 8;
-const RECORD_LEN: usize = 8 + 32 + 8;
-
-/// What the journal was written for: a different source or chunking invalidates it.
-/// One journal record: a chunk index and the hash it verified with.
-pub type Verified = (u64, [u8; 32]);
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct JournalHeader {
-    pub size: u64,
-    pub mtime_s: i64,
-    pub mtime_ns: u32,
-    pub chunk_size: u32,
-}
-
-fn check(bytes: &[u8]) -> [u8; 8] {
-    blake3::hash(bytes).as_bytes()[..8].try_into().unwrap()
-}
-
-impl JournalHeader {
-    fn encode(&self) -> [u8; HEADER_LEN] {
-        let mut b = [0u8; HEADER_LEN];
-        b[..8].copy_from_slice(MAGIC);
-        b[8..16].copy_from_slice(&self.size.to_be_bytes());
-        b[16..24].copy_from_slice(&self.mtime_s.to_be_bytes());
-        b[24..28].copy_from_slice(&self.mtime_ns.to_be_bytes());
-        b[28..32].copy_from_slice(&self.chunk_size.to_be_bytes());
-        let c = check(&b[..32]);
-        b[32..].copy_from_slice(&c);
-        b
-    }
-    fn decode(b: &[u8]) -> Option<Self> {
-        if b.len() < HEADER_LEN || &b[..8] != MAGIC || check(&b[..32]) != b[32..40] {
-            return None;
+/// Reads up to `buf.len()` bytes; fewer only at the end of the file.
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
-        Some(Self {
-            size: u64::from_be_bytes(b[8..16].try_into().unwrap()),
-            mtime_s: i64::from_be_bytes(b[16..24].try_into().unwrap()),
-            mtime_ns: u32::from_be_bytes(b[24..28].try_into().unwrap()),
-            chunk_size: u32::from_be_bytes(b[28..32].try_into().unwrap()),
-        })
     }
+    Ok(n)
 }
 
 /// An open journal, appended to by several stream threads (one `write` per record, `O_APPEND`).
@@ -73,12 +44,7 @@ impl Journal {
     }
 
     pub fn append(&self, index: u64, hash: &[u8; 32]) -> io::Result<()> {
-        let mut rec = [0u8; RECORD_LEN];
-        rec[..8].copy_from_slice(&index.to_be_bytes());
-        rec[8..40].copy_from_slice(hash);
-        let c = check(&rec[..40]);
-        rec[40..].copy_from_slice(&c);
-        (&self.file).write_all(&rec)
+        (&self.file).write_all(&encode_record(index, hash))
     }
 
     /// Reads a journal: its header and the records up to the first torn or corrupt one.
@@ -89,16 +55,23 @@ impl Journal {
             Err(rustix::io::Errno::NOENT) => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        let mut bytes = Vec::new();
-        File::from(fd).read_to_end(&mut bytes)?;
-        let Some(header) = JournalHeader::decode(&bytes) else { return Ok(None) };
-        let mut records = Vec::new();
-        for rec in bytes[HEADER_LEN..].chunks(RECORD_LEN) {
-            if rec.len() < RECORD_LEN || check(&rec[..40]) != rec[40..] {
+        // Streamed record by record (`tern_proto::journal::Replay`): a huge file left in the
+        // directory costs reading time, never memory beyond one record per chunk.
+        let mut r = BufReader::new(File::from(fd));
+        let mut head = [0u8; HEADER_LEN];
+        if read_full(&mut r, &mut head)? < HEADER_LEN {
+            return Ok(None);
+        }
+        let Some(header) = JournalHeader::decode(&head) else { return Ok(None) };
+        let mut replay = Replay::new(&header);
+        let mut rec = [0u8; RECORD_LEN];
+        loop {
+            let n = read_full(&mut r, &mut rec)?;
+            if !replay.push(&rec[..n]) || n < RECORD_LEN {
                 break;
             }
-            records.push((u64::from_be_bytes(rec[..8].try_into().unwrap()), rec[8..40].try_into().unwrap()));
         }
+        let records = replay.finish();
         Ok(Some((header, records)))
     }
 }
@@ -111,7 +84,8 @@ mod tests {
     fn roundtrip_and_torn_tail() {
         let dir = tempfile::tempdir().unwrap();
         let d = File::open(dir.path()).unwrap();
-        let h = JournalHeader { size: 100, mtime_s: 5, mtime_ns: 6, chunk_size: 64 << 10 };
+        // Three chunks: records past the header's chunk count would end the replay.
+        let h = JournalHeader { size: 3 << 16, mtime_s: 5, mtime_ns: 6, chunk_size: 64 << 10 };
         let j = Journal::create(&d, b"j", &h).unwrap();
         j.append(0, &[1; 32]).unwrap();
         j.append(1, &[2; 32]).unwrap();

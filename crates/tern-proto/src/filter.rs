@@ -68,7 +68,8 @@ struct Compiled {
     matcher: GlobMatcher,
     dir_only: bool,
     anchored: bool,
-    /// Matched against path suffixes instead of the last component.
+    /// Matched against the whole path as `**/PATTERN` (the path ends with a match, starting at
+    /// a component boundary) instead of against the last component.
     whole_path: bool,
 }
 
@@ -104,7 +105,9 @@ impl Filter {
             let hit = if r.anchored {
                 is_match(&r.matcher, rel)
             } else if r.whole_path {
-                suffixes(rel).any(|s| is_match(&r.matcher, s))
+                // One match of `**/PATTERN`, linear in the path: trying each suffix took time
+                // quadratic in its components (seconds for a deep path and a few rules).
+                is_match(&r.matcher, rel)
             } else {
                 is_match(&r.matcher, last)
             };
@@ -129,17 +132,15 @@ fn compile(rule: &FilterRule) -> Result<Compiled, String> {
     if p.is_empty() {
         return Err(bad("matches nothing; give a name or a glob"));
     }
-    let glob: Glob = GlobBuilder::new(p).literal_separator(true).backslash_escape(true).build().map_err(|e| bad(&e.kind().to_string()))?;
-    Ok(Compiled { kind: rule.kind, matcher: glob.compile_matcher(), dir_only, anchored, whole_path: p.contains('/') || p.contains("**") })
+    let build = |p: &str| -> Result<Glob, String> { GlobBuilder::new(p).literal_separator(true).backslash_escape(true).build().map_err(|e| bad(&e.kind().to_string())) };
+    let glob = build(p)?;
+    let whole_path = !anchored && (p.contains('/') || p.contains("**"));
+    let matcher = if whole_path { build(&format!("**/{p}"))?.compile_matcher() } else { glob.compile_matcher() };
+    Ok(Compiled { kind: rule.kind, matcher, dir_only, anchored, whole_path })
 }
 
 fn is_match(m: &GlobMatcher, path: &[u8]) -> bool {
     m.is_match(Path::new(OsStr::from_bytes(path)))
-}
-
-/// `a/b/c`, `b/c`, `c`.
-fn suffixes(rel: &[u8]) -> impl Iterator<Item = &[u8]> {
-    std::iter::once(rel).chain(rel.iter().enumerate().filter(|&(_, &b)| b == b'/').map(move |(i, _)| &rel[i + 1..]))
 }
 
 #[cfg(test)]
@@ -211,6 +212,44 @@ mod tests {
         let x = f(&["- *.tmp"]);
         assert!(x.excludes(b"d/\xff\xfe.tmp", false));
         assert!(!x.excludes(b"d/\xff\xfe.dat", false));
+    }
+
+    /// The rule as the docs state it: some suffix of the path starting at a component boundary
+    /// (`a/b/c`, `b/c`, `c`) matches the pattern.
+    fn suffix_rule_matches(pattern: &str, rel: &[u8]) -> bool {
+        let m = GlobBuilder::new(pattern).literal_separator(true).backslash_escape(true).build().unwrap().compile_matcher();
+        std::iter::once(rel).chain(rel.iter().enumerate().filter(|&(_, &b)| b == b'/').map(|(i, _)| &rel[i + 1..])).any(|s| is_match(&m, s))
+    }
+
+    #[test]
+    fn path_patterns_match_suffixes_at_component_boundaries() {
+        for (pattern, rel) in [
+            ("cache/tmp", &b"a/cache/tmp"[..]),
+            ("cache/tmp", b"acache/tmp"),
+            ("**/x", b"x"),
+            ("a/**/b", b"z/a/q/r/b"),
+            ("a/*", b"a/b/a/c"),
+            ("\\*/x", b"y/*/x"),
+            ("{a,b}/c", b"q/b/c"),
+            ("a**", b"a/ab"),
+        ] {
+            let x = Filter::new(&[FilterRule::exclude(pattern)]).unwrap();
+            assert_eq!(x.excludes(rel, false), suffix_rule_matches(pattern, rel), "{pattern} {:?}", String::from_utf8_lossy(rel));
+        }
+    }
+
+    /// Regression (found by the `filter_rules` fuzz target's input bounds): a path of 2048
+    /// components against rules with a `/` tried every suffix, quadratic in the components:
+    /// 16 such rules took seconds on one path.
+    #[test]
+    fn deep_paths_are_matched_in_linear_time() {
+        let rules: Vec<_> = (0..16).map(|_| FilterRule::exclude("**/a*a*a*/b")).collect();
+        let x = Filter::new(&rules).unwrap();
+        let deep = [&b"a/".repeat(2047)[..], b"c"].concat();
+        for _ in 0..16 {
+            assert!(!x.excludes(&deep, false));
+        }
+        assert!(x.excludes(b"q/aaa/b", false));
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod data;
 pub mod filter;
 pub mod frame;
 pub mod glob;
+pub mod journal;
 pub mod msg;
 pub mod path;
 pub mod ramp;
@@ -90,6 +91,21 @@ mod fuzzish {
             if let Ok(f) = filter::Filter::new(&rules) {
                 let _ = f.excludes(&path, dir);
             }
+        }
+
+        /// A pattern with a `/` (or `**`) matches when a suffix of the path that starts at a
+        /// component boundary does: one `**/PATTERN` match decides the same as trying each.
+        #[test]
+        fn path_patterns_decide_as_suffix_matching(pattern in "[ab*?/{},]{1,8}", path in "[ab/]{0,12}") {
+            let pattern = pattern.trim_start_matches('/').to_string();
+            let Ok(f) = filter::Filter::new(&[filter::FilterRule::exclude(&pattern)]) else { return Ok(()) };
+            let Ok(g) = globset::GlobBuilder::new(pattern.trim_end_matches('/')).literal_separator(true).backslash_escape(true).build() else { return Ok(()) };
+            let g = g.compile_matcher();
+            let rel = path.as_bytes();
+            let whole = pattern.trim_end_matches('/').contains('/') || pattern.contains("**");
+            prop_assume!(whole && !rel.is_empty());
+            let by_suffix = std::iter::once(rel).chain(rel.iter().enumerate().filter(|&(_, &b)| b == b'/').map(|(i, _)| &rel[i + 1..])).any(|s| g.is_match(std::str::from_utf8(s).unwrap()));
+            prop_assert_eq!(f.excludes(rel, true), by_suffix, "{} {}", pattern, path);
         }
 
         #[test]

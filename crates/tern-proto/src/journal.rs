@@ -1,0 +1,195 @@
+//! The resume journal's bytes (`docs/journal.md`): encoding and a parser with no I/O.
+//!
+//! A journal is read back from the destination directory, where a crash (torn tail), a power
+//! loss (stale records) or a local user (anything at all) may have left it. The parser never
+//! panics, allocates nothing the header asks for, and returns at most one record per chunk the
+//! header's size and chunk size make, each with an index below that count. `tern-engine`
+//! (`journal.rs`) opens, appends and streams the file through [`Replay`].
+
+use std::collections::BTreeMap;
+
+use crate::chunk::chunk_count;
+
+pub const MAGIC: &[u8; 8] = b"TERNJRN1";
+/// `MAGIC ‖ u64 size ‖ i64 mtime_s ‖ u32 mtime_ns ‖ u32 chunk_size ‖ 8 check bytes`.
+pub const HEADER_LEN: usize = 8 + 8 + 8 + 4 + 4 + 8;
+/// `u64 chunk_index ‖ 32-byte chunk hash ‖ 8 check bytes`.
+pub const RECORD_LEN: usize = 8 + 32 + 8;
+
+/// One journal record: a chunk index and the hash it verified with.
+pub type Verified = (u64, [u8; 32]);
+
+/// What the journal was written for: a different source or chunking invalidates it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JournalHeader {
+    pub size: u64,
+    pub mtime_s: i64,
+    pub mtime_ns: u32,
+    pub chunk_size: u32,
+}
+
+fn check(bytes: &[u8]) -> [u8; 8] {
+    let mut c = [0u8; 8];
+    c.copy_from_slice(&blake3::hash(bytes).as_bytes()[..8]);
+    c
+}
+
+fn be_u64(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    u64::from_be_bytes(a)
+}
+
+fn be_u32(b: &[u8]) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[..4]);
+    u32::from_be_bytes(a)
+}
+
+impl JournalHeader {
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        b[..8].copy_from_slice(MAGIC);
+        b[8..16].copy_from_slice(&self.size.to_be_bytes());
+        b[16..24].copy_from_slice(&self.mtime_s.to_be_bytes());
+        b[24..28].copy_from_slice(&self.mtime_ns.to_be_bytes());
+        b[28..32].copy_from_slice(&self.chunk_size.to_be_bytes());
+        let c = check(&b[..32]);
+        b[32..].copy_from_slice(&c);
+        b
+    }
+
+    /// The header at the start of `b`; `None` if it is short, not a journal, corrupt, or has a
+    /// chunk size of zero (which no transfer uses and which would make the chunk count
+    /// meaningless).
+    pub fn decode(b: &[u8]) -> Option<Self> {
+        if b.len() < HEADER_LEN || &b[..8] != MAGIC || check(&b[..32]) != b[32..40] {
+            return None;
+        }
+        let h = Self { size: be_u64(&b[8..16]), mtime_s: be_u64(&b[16..24]) as i64, mtime_ns: be_u32(&b[24..28]), chunk_size: be_u32(&b[28..32]) };
+        (h.chunk_size > 0).then_some(h)
+    }
+
+    /// Chunks of the file this journal was written for: every record's index is below it.
+    pub fn chunks(&self) -> u64 {
+        chunk_count(self.size, self.chunk_size.max(1))
+    }
+}
+
+pub fn encode_record(index: u64, hash: &[u8; 32]) -> [u8; RECORD_LEN] {
+    let mut rec = [0u8; RECORD_LEN];
+    rec[..8].copy_from_slice(&index.to_be_bytes());
+    rec[8..40].copy_from_slice(hash);
+    let c = check(&rec[..40]);
+    rec[40..].copy_from_slice(&c);
+    rec
+}
+
+/// One record; `None` if it is short (torn) or its check bytes do not match.
+pub fn decode_record(rec: &[u8]) -> Option<Verified> {
+    if rec.len() < RECORD_LEN || check(&rec[..40]) != rec[40..RECORD_LEN] {
+        return None;
+    }
+    let mut hash = [0u8; 32];
+    hash.copy_from_slice(&rec[8..40]);
+    Some((be_u64(&rec[..8]), hash))
+}
+
+/// Replays records in file order: the first torn, corrupt or out-of-range record ends the
+/// replay (everything before it stands), and a chunk recorded twice (it was re-sent after a
+/// resume found its data missing) keeps its latest hash. Memory is bounded by the records fed
+/// and by the header's chunk count, whichever is smaller.
+#[derive(Debug)]
+pub struct Replay {
+    chunks: u64,
+    records: BTreeMap<u64, [u8; 32]>,
+    ended: bool,
+}
+
+impl Replay {
+    pub fn new(header: &JournalHeader) -> Self {
+        Self { chunks: header.chunks(), records: BTreeMap::new(), ended: false }
+    }
+
+    /// Feeds the next record's bytes; false once the replay has ended (stop feeding).
+    pub fn push(&mut self, rec: &[u8]) -> bool {
+        if self.ended {
+            return false;
+        }
+        match decode_record(rec) {
+            Some((index, hash)) if index < self.chunks => {
+                self.records.insert(index, hash);
+                true
+            }
+            _ => {
+                self.ended = true;
+                false
+            }
+        }
+    }
+
+    /// The verified chunks, one per index, in index order.
+    pub fn finish(self) -> Vec<Verified> {
+        self.records.into_iter().collect()
+    }
+}
+
+/// Parses a whole journal file: its header and its records up to the first torn or corrupt one.
+/// `None` if the header is unreadable (no usable journal).
+pub fn parse_journal(bytes: &[u8]) -> Option<(JournalHeader, Vec<Verified>)> {
+    let header = JournalHeader::decode(bytes)?;
+    let mut replay = Replay::new(&header);
+    for rec in bytes[HEADER_LEN..].chunks(RECORD_LEN) {
+        if !replay.push(rec) {
+            break;
+        }
+    }
+    Some((header, replay.finish()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const H: JournalHeader = JournalHeader { size: 3 * 65536 + 1, mtime_s: -5, mtime_ns: 6, chunk_size: 65536 };
+
+    fn journal(records: &[Verified]) -> Vec<u8> {
+        let mut b = H.encode().to_vec();
+        for (i, h) in records {
+            b.extend_from_slice(&encode_record(*i, h));
+        }
+        b
+    }
+
+    #[test]
+    fn roundtrip_torn_tail_and_flipped_bit() {
+        let mut b = journal(&[(0, [1; 32]), (1, [2; 32])]);
+        b.extend_from_slice(&[9; 20]);
+        assert_eq!(parse_journal(&b), Some((H, vec![(0, [1; 32]), (1, [2; 32])])));
+        b[HEADER_LEN + RECORD_LEN + 3] ^= 1;
+        assert_eq!(parse_journal(&b).unwrap().1, vec![(0, [1; 32])]);
+        b[3] ^= 1;
+        assert_eq!(parse_journal(&b), None);
+        assert_eq!(parse_journal(&b[..HEADER_LEN - 1]), None);
+    }
+
+    #[test]
+    fn records_are_bounded_by_the_chunk_count() {
+        assert_eq!(H.chunks(), 4);
+        // A record past the last chunk ends the replay, as a corrupt one does.
+        let b = journal(&[(3, [1; 32]), (4, [2; 32]), (0, [3; 32])]);
+        assert_eq!(parse_journal(&b).unwrap().1, vec![(3, [1; 32])]);
+        // Repeats keep the latest hash: at most one record per chunk.
+        let b = journal(&[(2, [1; 32]), (0, [2; 32]), (2, [3; 32]), (2, [4; 32])]);
+        assert_eq!(parse_journal(&b).unwrap().1, vec![(0, [2; 32]), (2, [4; 32])]);
+    }
+
+    #[test]
+    fn a_zero_chunk_size_is_no_journal() {
+        let h = JournalHeader { chunk_size: 0, ..H };
+        assert_eq!(JournalHeader::decode(&h.encode()), None);
+        // A header claiming an enormous file allocates nothing for it.
+        let h = JournalHeader { size: u64::MAX, chunk_size: 1, ..H };
+        assert_eq!(parse_journal(&h.encode()), Some((h, vec![])));
+    }
+}

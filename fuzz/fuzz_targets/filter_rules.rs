@@ -1,0 +1,6 @@
+//! `filter_rules`: the body and the properties it checks are in `src/lib.rs` (`tern_fuzz::filter_rules`), which
+//! the stable corpus replay (`crates/tern-proto/tests/fuzz_corpus.rs`) runs too.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| tern_fuzz::filter_rules(data));

@@ -1,0 +1,6 @@
+//! `wire_paths`: the body and the properties it checks are in `src/lib.rs` (`tern_fuzz::wire_paths`), which
+//! the stable corpus replay (`crates/tern-proto/tests/fuzz_corpus.rs`) runs too.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| tern_fuzz::wire_paths(data));
