@@ -357,4 +357,29 @@ mod tests {
     fn mem_sink_conforms() {
         super::conformance::run(super::mem::tests::fixture);
     }
+
+    /// `--delete`'s plan: top-most extras only, kept paths walked into, excluded ones and the
+    /// store's own names left alone.
+    #[test]
+    fn extras_are_top_most_and_skip_kept_excluded_and_own_names() {
+        use super::conformance::Harness;
+        use super::{Meta, Part, Sink};
+        let (s, h) = super::posix::tests::fixture_unconfined();
+        for d in [&b"keep/old"[..], b"gone/deep"] {
+            s.mkdir_all(d).unwrap();
+        }
+        for f in [&b"keep/a"[..], b"keep/b", b"keep/old/x", b"gone/deep/y", b"keep/z.log", b"top"] {
+            let (p, _) = s.open_part(f, &super::conformance::spec(1, 64)).unwrap();
+            p.write_at(0, b"1").unwrap();
+            p.finish(&Meta::default()).unwrap();
+            p.publish().unwrap();
+        }
+        h.plant_marker(b"keep");
+        let _partial = s.open_part(b"keep/c", &super::conformance::spec(1, 64)).unwrap();
+        let keep = [&b"keep"[..], b"keep/a"].iter().map(|k| k.to_vec()).collect();
+        let filter = tern_proto::filter::Filter::new(&[tern_proto::filter::FilterRule::exclude("*.log")]).unwrap();
+        let mut extra = super::extras(&s, &keep, &filter);
+        extra.sort();
+        assert_eq!(extra, [b"gone".to_vec(), b"keep/b".to_vec(), b"keep/old".to_vec(), b"top".to_vec()]);
+    }
 }

@@ -484,4 +484,22 @@ pub(crate) mod tests {
     }
 
     use crate::fsops::Tag;
+
+    #[test]
+    fn beneath_a_daemon_root_links_that_could_leave_it_are_refused() {
+        let (confined, h) = fixture_beneath();
+        confined.mkdir_all(b"d").unwrap();
+        for target in [&b"../.."[..], b"/etc", b"d/../.."] {
+            let e = confined.symlink(b"d/l", target, None).unwrap_err();
+            assert_eq!(e.kind, Kind::Refused, "{}", String::from_utf8_lossy(target));
+            assert!(e.message.contains("--allow-links-out"), "{e}");
+        }
+        assert!(confined.stat(b"d/l").unwrap().is_none());
+        confined.symlink(b"d/l", b"../d", None).unwrap();
+        assert!(h.outside_untouched());
+        // Without a daemon root (local, ssh, --allow-links-out): the user's own links, as given.
+        let (open, _h) = fixture_unconfined();
+        open.symlink(b"l", b"/etc", None).unwrap();
+        assert_eq!(open.stat(b"l").unwrap().unwrap().kind, EntryType::Symlink);
+    }
 }
