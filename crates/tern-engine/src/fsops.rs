@@ -74,6 +74,11 @@ impl DestRoot {
         &self.path
     }
 
+    /// Another handle on the same root (a `dup` of its descriptor).
+    pub fn try_clone(&self) -> io::Result<Self> {
+        Ok(Self { fd: self.fd.try_clone()?, path: self.path.clone(), confined: self.confined })
+    }
+
     /// Absolute path of a relative one, for messages.
     pub fn display(&self, rel: &[u8]) -> String {
         if rel.is_empty() { self.path.display().to_string() } else { self.path.join(OsStr::from_bytes(rel)).display().to_string() }

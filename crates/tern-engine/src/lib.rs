@@ -28,5 +28,6 @@ pub mod sender;
 pub mod server;
 pub mod session;
 pub mod sshmux;
+pub(crate) mod store;
 pub mod transport;
 pub mod walk;

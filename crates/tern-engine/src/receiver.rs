@@ -28,11 +28,13 @@ use crate::datastream::DataConn;
 use crate::error::{ErrorKind, Side, TransferError, err_text};
 use crate::faults::chunk_hash;
 use crate::fsops::{self, Beneath, DestRoot, Dir};
-use crate::hashing::{hash_file, is_zero};
+use crate::hashing::hash_file;
 use crate::journal::{Journal, JournalHeader};
 use crate::layout::{self, Layout};
 use crate::progress::Progress;
 use crate::seal::TAG_LEN;
+use crate::store::posix::PosixSink;
+use crate::store::{self, Sink as _};
 
 pub struct ReceiverParams {
     /// The destination as the user named it, already resolved (and confined, for a daemon).
@@ -936,7 +938,8 @@ fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
             && l.mirror
             && let Some(root) = &ctx.root
         {
-            for rel in extras(root, &ctx.keep, &ctx.p.filter) {
+            let sink = posix_sink(ctx, root)?;
+            for rel in store::extras(&sink, &ctx.keep, &ctx.p.filter) {
                 plan(ctx, PlanAction::Delete, rel)?;
             }
         }
@@ -955,35 +958,11 @@ fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
             ctx.p.progress.error(err);
         }
     }
-    let beneath = ctx.p.beneath.as_deref().filter(|_| !ctx.p.allow_links_out);
+    let sink = posix_sink(ctx, root)?;
     for link in std::mem::take(&mut ctx.symlinks) {
-        let display = root.display(&link.path);
-        let r = (|| -> std::io::Result<()> {
-            let dir = Dir::new(root.dir(parent(&link.path))?)?;
-            if let Some(b) = beneath
-                && !b.depth(&dir).is_some_and(|depth| fsops::link_stays_beneath(depth, &link.target))
-            {
-                return Err(std::io::Error::other(format!(
-                    "its target '{}' could resolve outside the daemon's root; refused (copy with --safe-links to leave such links out, or the daemon's operator allows them with tern serve --allow-links-out)",
-                    String::from_utf8_lossy(&link.target)
-                )));
-            }
-            let name = file_name(&link.path);
-            let (tmp, _) = dir.tag.temp_names(name);
-            fsops::unlink_at(&dir, &tmp)?;
-            fsops::symlink_at(&link.target, &dir, &tmp)?;
-            if ctx.p.options.preserve() {
-                fsops::set_meta_at(&dir, &tmp, None, Some((link.mtime_s, link.mtime_ns)), true)?;
-            }
-            if let Some(st) = fsops::stat_at(&dir, name)?
-                && st.st_mode & libc::S_IFMT == libc::S_IFDIR
-            {
-                return Err(std::io::Error::from_raw_os_error(libc::EISDIR));
-            }
-            fsops::rename_at(&dir, &tmp, name)
-        })();
-        if let Err(e) = r {
-            let err = TransferError::io(Side::Destination, display, "cannot create symlink", &e);
+        let mtime = ctx.p.options.preserve().then_some((link.mtime_s, link.mtime_ns));
+        if let Err(e) = sink.symlink(&link.path, &link.target, mtime) {
+            let err = e.to_transfer(Side::Destination, sink.display(&link.path), "cannot create symlink");
             ctx.writer.send(&Control::FileError { id: link.id, side: Side::Destination, message: err.message.clone() })?;
             ctx.p.progress.error(err);
         }
@@ -991,18 +970,13 @@ fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
     // Deepest first, so setting a child's mtime does not disturb its parent's.
     ctx.dir_meta.sort_by_key(|(rel, ..)| std::cmp::Reverse(rel.iter().filter(|&&b| b == b'/').count() + usize::from(!rel.is_empty())));
     for (rel, mode, s, ns) in std::mem::take(&mut ctx.dir_meta) {
-        let r = if rel.is_empty() {
-            root.dir(b"").and_then(|fd| fsops::set_meta_at(&fd, b".", Some(mode), Some((s, ns)), false))
-        } else {
-            root.dir(parent(&rel)).and_then(|fd| fsops::set_meta_at(&fd, file_name(&rel), Some(mode), Some((s, ns)), false))
-        };
-        if let Err(e) = r {
-            ctx.p.progress.error(TransferError::io(Side::Destination, root.display(&rel), "cannot set directory metadata", &e));
+        if let Err(e) = sink.set_dir_meta(&rel, &store::Meta { mode: Some(mode), mtime: Some((s, ns)) }) {
+            ctx.p.progress.error(e.to_transfer(Side::Destination, sink.display(&rel), "cannot set directory metadata"));
         }
     }
     let l = ctx.layout.as_ref().unwrap();
     if ctx.p.options.delete() && l.mirror {
-        let extra = extras(root, &ctx.keep, &ctx.p.filter);
+        let extra = store::extras(&sink, &ctx.keep, &ctx.p.filter);
         if ctx.source_errors {
             ctx.p.progress.error(TransferError::fatal(Side::Source, "some source files could not be read, so --delete removed nothing (fix the errors and re-run)"));
         } else if ctx.keep.is_empty() && !extra.is_empty() && !ctx.p.options.delete_from_empty() {
@@ -1019,12 +993,12 @@ fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
             ));
         } else {
             for rel in extra {
-                match remove_tree(root, &rel) {
+                match sink.remove_tree(&rel) {
                     Ok(()) => {
                         ctx.summary.deleted += 1;
                         Progress::add(&ctx.p.progress.deleted, 1);
                     }
-                    Err(e) => ctx.p.progress.error(TransferError::io(Side::Destination, root.display(&rel), "cannot delete", &e)),
+                    Err(e) => ctx.p.progress.error(e.to_transfer(Side::Destination, sink.display(&rel), "cannot delete")),
                 }
             }
         }
@@ -1032,81 +1006,11 @@ fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
     Ok(())
 }
 
-/// A name in a directory, and whether it is a directory itself.
-type Listed = (Vec<u8>, bool);
-
-/// The names in directory `rel` (opened beneath the root, through no link at all), whether each
-/// is a directory, and the directory's tag; `.` and `..` left out.
-fn list_dir(root: &DestRoot, rel: &[u8]) -> std::io::Result<(Dir, Vec<Listed>)> {
-    let dir = Dir::new(root.dir_no_links(rel)?)?;
-    let mut items = Vec::new();
-    let mut rd = rustix::fs::Dir::read_from(&dir.fd)?;
-    while let Some(ent) = rd.read() {
-        let ent = ent?;
-        let name = ent.file_name().to_bytes();
-        if name == b"." || name == b".." {
-            continue;
-        }
-        let is_dir = match ent.file_type() {
-            rustix::fs::FileType::Directory => true,
-            rustix::fs::FileType::Unknown => fsops::stat_at(&dir, name)?.is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR),
-            _ => false,
-        };
-        items.push((name.to_vec(), is_dir));
-    }
-    items.sort();
-    Ok((dir, items))
-}
-
-/// Entries under the root that the manifest does not name (top-most only; not tern's own names,
-/// nor anything the filter excludes: those were never offered, so they are not extras). Every
-/// directory is opened beneath the root, so a link swapped in is never walked through.
-fn extras(root: &DestRoot, keep: &HashSet<Vec<u8>>, filter: &Filter) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut stack = vec![Vec::<u8>::new()];
-    while let Some(rel) = stack.pop() {
-        let Ok((dir, items)) = list_dir(root, &rel) else { continue };
-        for (name, is_dir) in items {
-            if dir.tag.reserves(&name) {
-                continue;
-            }
-            let r = if rel.is_empty() { name } else { [&rel[..], b"/", &name[..]].concat() };
-            if filter.excludes(&r, is_dir) {
-                continue;
-            }
-            if !keep.contains(&r) {
-                out.push(r);
-            } else if is_dir {
-                stack.push(r);
-            }
-        }
-    }
-    out
-}
-
-/// Removes `rel` and, if it is a directory, everything under it, each step relative to a
-/// directory opened beneath the root without following links (a link is removed, not entered).
-/// Depth-first with an explicit stack and one open directory at a time.
-pub(crate) fn remove_tree(root: &DestRoot, rel: &[u8]) -> std::io::Result<()> {
-    let mut stack = vec![(rel.to_vec(), false)];
-    while let Some((rel, emptied)) = stack.pop() {
-        let parent_dir = root.dir_no_links(parent(&rel))?;
-        let name = file_name(&rel);
-        if emptied {
-            fsops::rmdir_at(&parent_dir, name)?;
-            continue;
-        }
-        match fsops::stat_at(&parent_dir, name)? {
-            None => {}
-            Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {
-                let (_, items) = list_dir(root, &rel)?;
-                stack.push((rel.clone(), true));
-                stack.extend(items.into_iter().map(|(n, _)| ([&rel[..], b"/", &n[..]].concat(), false)));
-            }
-            Some(_) => fsops::unlink_at(&parent_dir, name)?,
-        }
-    }
-    Ok(())
+/// The destination as a store (`store::PosixSink`), on another handle of the same root; links
+/// a daemon's client makes are held beneath its root unless `serve --allow-links-out`.
+fn posix_sink(ctx: &Ctx, root: &DestRoot) -> Result<PosixSink, TransferError> {
+    let root = fsops::waiting_for_descriptors(|| root.try_clone()).map_err(|e| TransferError::io(Side::Destination, root.path().display().to_string(), "cannot open", &e).into_fatal())?;
+    Ok(PosixSink::new(root, ctx.p.beneath.clone().filter(|_| !ctx.p.allow_links_out)))
 }
 
 /// One data stream: read chunk frames, verify, write. Exits at end of stream.
@@ -1213,7 +1117,7 @@ fn recv_worker(mut conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_si
             }
         };
         // Zero blocks of a new file stay holes; the finalizer sets the length.
-        let written = if sink.fresh { write_sparse(file, data, off) } else { file.write_all_at(data, off).map(|_| off + len as u64) };
+        let written = if sink.fresh { crate::store::posix::write_sparse(file, data, off) } else { file.write_all_at(data, off).map(|_| off + len as u64) };
         match written {
             Ok(end) => {
                 sink.written_end.fetch_max(end, Relaxed);
@@ -1238,31 +1142,6 @@ fn recv_worker(mut conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_si
         let whole = h.flags & FLAG_WHOLE_FILE != 0;
         let _ = events.send(Event::ChunkOk { id: h.file_id, index: h.index, hash, len: len as u32, whole });
     }
-}
-
-/// Writes `data` at `off`, skipping all-zero 64 KiB blocks (they read back as zeros from the hole).
-/// Writes the non-zero 64 KiB blocks of `data` at `off`; returns where the last write ended.
-fn write_sparse(file: &File, data: &[u8], off: u64) -> std::io::Result<u64> {
-    const BLOCK: usize = 64 << 10;
-    let mut start = 0;
-    let mut written_end = 0;
-    while start < data.len() {
-        // Find a run of non-zero blocks and write it in one call.
-        while start < data.len() && is_zero(&data[start..(start + BLOCK).min(data.len())]) {
-            start += BLOCK;
-        }
-        let mut end = start;
-        while end < data.len() && !is_zero(&data[end..(end + BLOCK).min(data.len())]) {
-            end += BLOCK;
-        }
-        let end = end.min(data.len());
-        if start < end {
-            file.write_all_at(&data[start..end], off + start as u64)?;
-            written_end = off + end as u64;
-        }
-        start = end;
-    }
-    Ok(written_end)
 }
 
 fn fatal(events: &Sender<Event>, msg: String) {

@@ -28,6 +28,8 @@ use crate::fsops::{self, Beneath, DestRoot};
 use crate::progress::Progress;
 use crate::server::Roots;
 use crate::session::ClientSpec;
+use crate::store::Sink as _;
+use crate::store::posix::PosixSink;
 
 /// Which side an operation's errors belong to: reading ones the source, changing ones the
 /// destination (so the hints say "check the source path" or "check write permission").
@@ -348,7 +350,7 @@ fn remove(t: &Target, b: Option<&Beneath>, flags: u8) -> Result<(), Refusal> {
             if flags & FS_RECURSIVE == 0 {
                 return Err(Refusal::Why("is a directory; pass -r to remove it and everything under it".into()));
             }
-            Ok(crate::receiver::remove_tree(&dir, name)?)
+            Ok(PosixSink::new(dir, None).remove_tree(name).map_err(io::Error::from)?)
         }
         Some(_) => Ok(fsops::unlink_at(&dir.dir(b"")?, name)?),
     }

@@ -1,0 +1,356 @@
+//! The one suite every `Sink` passes (after restic's `internal/backend/test/suite.go` and rclone's
+//! `fstest/fstests`). `run(make)` calls `make` for a fresh, empty store per test; the `Harness`
+//! beside it does what only another process or a failing disk could (plant a link, corrupt data
+//! behind the journal's back) and reads what the trait does not expose.
+
+use super::{EntryType, Kind, Meta, Part, PartSpec, Sink, StoreError};
+use crate::faults::chunk_hash;
+
+/// What a test needs besides the trait, per store.
+pub(crate) trait Harness {
+    /// A published regular file's bytes (`None`: absent, or not a regular file).
+    fn read_file(&self, rel: &[u8]) -> Option<Vec<u8>>;
+    /// Overwrites bytes of `rel`'s partial file without touching its journal (a disk that lost
+    /// or garbled writes the journal still names).
+    fn corrupt_part(&self, rel: &[u8], offset: u64, data: &[u8]);
+    /// A symlink made behind the store's back (another session, another user), unchecked.
+    fn plant_symlink(&self, rel: &[u8], target: &[u8]);
+    /// The store's own marker in directory `dir` (what `layout.rs` leaves), if it keeps any.
+    fn plant_marker(&self, dir: &[u8]);
+    /// Nothing outside the root was created, changed or removed.
+    fn outside_untouched(&self) -> bool;
+}
+
+pub(crate) fn spec(size: u64, chunk_size: u32) -> PartSpec {
+    PartSpec { size, mtime: (1_700_000_000, 5), chunk_size, resume: true }
+}
+
+/// A named test of the suite.
+type Case<S, H> = (&'static str, fn(&S, &H));
+
+/// Runs every test on fresh stores from `make`.
+pub(crate) fn run<S: Sink, H: Harness>(make: impl Fn() -> (S, H)) {
+    let tests: &[Case<S, H>] = &[
+        ("writes_out_of_order_read_back", writes_out_of_order_read_back),
+        ("nothing_under_the_final_name_before_publish", nothing_under_the_final_name_before_publish),
+        ("list_hides_the_stores_own_names", list_hides_the_stores_own_names),
+        ("resume_claims_only_what_the_data_proves", resume_claims_only_what_the_data_proves),
+        ("resume_for_another_source_claims_nothing", resume_for_another_source_claims_nothing),
+        ("abandon_leaves_nothing", abandon_leaves_nothing),
+        ("invalid_paths_are_refused", invalid_paths_are_refused),
+        ("escaping_symlinks_are_refused", escaping_symlinks_are_refused),
+        ("remove_tree_never_follows_a_link", remove_tree_never_follows_a_link),
+        ("publish_replaces_a_file_and_refuses_a_directory", publish_replaces_a_file_and_refuses_a_directory),
+        ("holes_read_back_as_zeros", holes_read_back_as_zeros),
+        ("two_writers_on_one_part", two_writers_on_one_part),
+        ("directories_links_and_metadata", directories_links_and_metadata),
+    ];
+    for (name, test) in tests {
+        let (sink, harness) = make();
+        // A failure names the test; the panic's own message says what broke.
+        eprintln!("conformance: {name}");
+        test(&sink, &harness);
+    }
+}
+
+/// Chunk `i` of a test file: distinct, never all zero.
+fn chunk(i: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (i as usize * 31 + j * 7 + 1) as u8 | 1).collect()
+}
+
+fn content(sp: &PartSpec) -> Vec<u8> {
+    let n = tern_proto::chunk::chunk_count(sp.size, sp.chunk_size);
+    (0..n).flat_map(|i| chunk(i, tern_proto::chunk::chunk_range(sp.size, sp.chunk_size, i).1 as usize)).collect()
+}
+
+/// Writes (and records) chunks `which` of `content(sp)`.
+fn write_chunks<P: Part>(p: &P, sp: &PartSpec, which: impl IntoIterator<Item = u64>) {
+    let data = content(sp);
+    for i in which {
+        let (off, len) = tern_proto::chunk::chunk_range(sp.size, sp.chunk_size, i);
+        let bytes = &data[off as usize..(off + len as u64) as usize];
+        p.write_at(off, bytes).unwrap();
+        p.record_chunk(i, &chunk_hash(bytes)).unwrap();
+    }
+}
+
+/// A whole file published under `rel` with `data`, one chunk.
+fn put<S: Sink>(s: &S, rel: &[u8], data: &[u8]) {
+    let (p, _) = s.open_part(rel, &spec(data.len() as u64, data.len().max(1) as u32)).unwrap();
+    p.write_at(0, data).unwrap();
+    p.finish(&Meta::default()).unwrap();
+    s.barrier().unwrap();
+    p.publish().unwrap();
+}
+
+fn names<S: Sink>(s: &S, rel: &[u8]) -> Vec<(String, bool)> {
+    s.list(rel).unwrap().into_iter().map(|(n, d)| (String::from_utf8_lossy(&n).into_owned(), d)).collect()
+}
+
+fn kind<T>(r: Result<T, StoreError>) -> Kind {
+    match r {
+        Ok(_) => panic!("expected an error"),
+        Err(e) => e.kind,
+    }
+}
+
+fn writes_out_of_order_read_back<S: Sink, H: Harness>(s: &S, h: &H) {
+    s.mkdir_all(b"d").unwrap();
+    let sp = spec(4 * 4096 + 100, 4096);
+    let (p, resume) = s.open_part(b"d/f", &sp).unwrap();
+    assert!(resume.chunks.is_empty() && resume.fresh);
+    write_chunks(&p, &sp, [4, 2, 0, 3, 1]);
+    let want = content(&sp);
+    let mut got = vec![0u8; want.len()];
+    p.read_at(0, &mut got).unwrap();
+    assert_eq!(got, want);
+    assert!(p.read_at(sp.size - 10, &mut [0u8; 11]).is_err(), "a read past the size is refused");
+    p.finish(&Meta { mode: Some(0o640), mtime: Some((1_600_000_000, 7)) }).unwrap();
+    s.barrier().unwrap();
+    p.publish().unwrap();
+    assert_eq!(h.read_file(b"d/f").unwrap(), want);
+    let st = s.stat(b"d/f").unwrap().unwrap();
+    assert_eq!((st.kind, st.size, st.mode, st.mtime), (EntryType::File, sp.size, 0o640, (1_600_000_000, 7)));
+    assert!(p.write_at(0, b"x").is_err(), "a published part's handle is spent");
+}
+
+fn nothing_under_the_final_name_before_publish<S: Sink, H: Harness>(s: &S, h: &H) {
+    put(s, b"old", b"before");
+    let sp = spec(3 * 64, 64);
+    let (p, _) = s.open_part(b"old", &sp).unwrap();
+    let (q, _) = s.open_part(b"new", &sp).unwrap();
+    for part in [&p, &q] {
+        write_chunks(part, &sp, 0..3);
+        part.finish(&Meta::default()).unwrap();
+    }
+    s.barrier().unwrap();
+    assert_eq!(h.read_file(b"old").unwrap(), b"before");
+    assert!(s.stat(b"new").unwrap().is_none() && h.read_file(b"new").is_none());
+    assert_eq!(names(s, b""), [("old".to_string(), false)]);
+    assert!(q.publish().is_ok() && p.publish().is_ok());
+    assert_eq!(h.read_file(b"old").unwrap(), content(&sp));
+    assert_eq!(h.read_file(b"new").unwrap(), content(&sp));
+}
+
+fn list_hides_the_stores_own_names<S: Sink, H: Harness>(s: &S, h: &H) {
+    s.mkdir_all(b"sub/deeper").unwrap();
+    put(s, b"sub/a", b"a");
+    let sp = spec(4 * 64, 64);
+    let (p, _) = s.open_part(b"sub/b", &sp).unwrap();
+    write_chunks(&p, &sp, [1, 3]);
+    let (one, _) = s.open_part(b"c", &spec(10, 64)).unwrap();
+    one.write_at(0, b"0123456789").unwrap();
+    h.plant_marker(b"");
+    h.plant_marker(b"sub");
+    assert_eq!(names(s, b""), [("sub".to_string(), true)]);
+    assert_eq!(names(s, b"sub"), [("a".to_string(), false), ("deeper".to_string(), true)]);
+    assert_eq!(names(s, b"sub/deeper"), []);
+    assert_eq!(kind(s.list(b"sub/a")), Kind::Conflict, "not a directory");
+    assert_eq!(kind(s.list(b"nope")), Kind::NotFound);
+}
+
+fn resume_claims_only_what_the_data_proves<S: Sink, H: Harness>(s: &S, h: &H) {
+    let sp = spec(5 * 4096 + 1, 4096);
+    {
+        let (p, _) = s.open_part(b"f", &sp).unwrap();
+        write_chunks(&p, &sp, [0, 1, 2, 4]);
+        // A record for a chunk whose data never arrived (a journal that outlived its data).
+        p.record_chunk(3, &chunk_hash(&chunk(3, 4096))).unwrap();
+        // A record with the wrong hash, and one past the end.
+        p.record_chunk(5, &[7; 32]).unwrap();
+        p.record_chunk(99, &[7; 32]).unwrap();
+    }
+    // The disk garbled chunk 1 behind the journal's back.
+    h.corrupt_part(b"f", 4096 + 10, b"garbage");
+    if !s.features().resumable {
+        return;
+    }
+    let (p, resume) = s.open_part(b"f", &sp).unwrap();
+    let want = content(&sp);
+    let proven: Vec<(u64, [u8; 32])> = [0u64, 2, 4].iter().map(|&i| (i, chunk_hash(&want[i as usize * 4096..(i as usize * 4096 + 4096).min(want.len())]))).collect();
+    assert_eq!(resume.chunks, proven, "only chunks whose data is there and matches");
+    assert!(!resume.fresh);
+    write_chunks(&p, &sp, [1, 3, 5]);
+    p.finish(&Meta::default()).unwrap();
+    s.barrier().unwrap();
+    p.publish().unwrap();
+    assert_eq!(h.read_file(b"f").unwrap(), want);
+    // Published: nothing left to resume.
+    let (p, resume) = s.open_part(b"f", &sp).unwrap();
+    assert!(resume.chunks.is_empty() && resume.fresh);
+    p.abandon().unwrap();
+}
+
+fn resume_for_another_source_claims_nothing<S: Sink, H: Harness>(s: &S, _h: &H) {
+    let sp = spec(3 * 128, 128);
+    let others = [
+        PartSpec { mtime: (sp.mtime.0 + 1, sp.mtime.1), ..sp },
+        PartSpec { mtime: (sp.mtime.0, sp.mtime.1 + 1), ..sp },
+        PartSpec { size: sp.size + 1, ..sp },
+        PartSpec { chunk_size: 64, ..sp },
+        PartSpec { resume: false, ..sp },
+    ];
+    for other in others {
+        let (p, _) = s.open_part(b"f", &sp).unwrap();
+        write_chunks(&p, &sp, 0..3);
+        drop(p);
+        let (p, resume) = s.open_part(b"f", &other).unwrap();
+        assert!(resume.chunks.is_empty() && resume.fresh, "{other:?}");
+        drop(p);
+        // And the earlier attempt is gone, not kept for later.
+        let (p, resume) = s.open_part(b"f", &sp).unwrap();
+        assert!(resume.chunks.is_empty(), "{other:?}: discarded");
+        p.abandon().unwrap();
+    }
+}
+
+fn abandon_leaves_nothing<S: Sink, H: Harness>(s: &S, h: &H) {
+    let sp = spec(2 * 64, 64);
+    let (p, _) = s.open_part(b"f", &sp).unwrap();
+    write_chunks(&p, &sp, 0..2);
+    p.finish(&Meta::default()).unwrap();
+    p.abandon().unwrap();
+    assert!(p.publish().is_err(), "an abandoned part's handle is spent");
+    assert!(s.stat(b"f").unwrap().is_none() && h.read_file(b"f").is_none());
+    let (_, resume) = s.open_part(b"f", &sp).unwrap();
+    assert!(resume.chunks.is_empty() && resume.fresh);
+}
+
+fn invalid_paths_are_refused<S: Sink, H: Harness>(s: &S, h: &H) {
+    s.mkdir_all(b"a").unwrap();
+    let sp = spec(1, 64);
+    for bad in [&b".."[..], b"../x", b"a/../../x", b"/x", b"/tmp/x", b"a//b", b"a/./b", b"./a", b"a/", b"a/\0b"] {
+        let what = String::from_utf8_lossy(bad);
+        assert_eq!(kind(s.open_part(bad, &sp)), Kind::Refused, "open_part {what}");
+        assert_eq!(kind(s.mkdir_all(bad)), Kind::Refused, "mkdir_all {what}");
+        assert_eq!(kind(s.stat(bad)), Kind::Refused, "stat {what}");
+        assert_eq!(kind(s.list(bad)), Kind::Refused, "list {what}");
+        assert_eq!(kind(s.remove_tree(bad)), Kind::Refused, "remove_tree {what}");
+        assert_eq!(kind(s.symlink(bad, b"t", None)), Kind::Refused, "symlink {what}");
+        assert_eq!(kind(s.set_dir_meta(bad, &Meta::default())), Kind::Refused, "set_dir_meta {what}");
+    }
+    assert_eq!(kind(s.open_part(b"", &sp)), Kind::Refused, "the root is not a file");
+    assert_eq!(kind(s.remove_tree(b"")), Kind::Refused, "the root cannot be removed");
+    assert!(s.stat(b"").unwrap().is_some_and(|st| st.kind == EntryType::Dir));
+    assert!(h.outside_untouched());
+}
+
+fn escaping_symlinks_are_refused<S: Sink, H: Harness>(s: &S, h: &H) {
+    s.mkdir_all(b"d").unwrap();
+    h.plant_symlink(b"a", b"..");
+    h.plant_symlink(b"d/up", b"../..");
+    h.plant_symlink(b"abs", b"/");
+    let sp = spec(3, 64);
+    for via in [&b"a/x"[..], b"d/up/x", b"abs/tmp/x", b"a/outside/keep"] {
+        let what = String::from_utf8_lossy(via);
+        assert_eq!(kind(s.open_part(via, &sp)), Kind::Refused, "open_part {what}");
+        assert_eq!(kind(s.mkdir_all(via)), Kind::Refused, "mkdir_all {what}");
+        assert_eq!(kind(s.symlink(via, b"t", None)), Kind::Refused, "symlink {what}");
+        assert_eq!(kind(s.remove_tree(via)), Kind::Refused, "remove_tree {what}");
+        assert!(s.stat(via).is_err(), "stat {what}");
+    }
+    for link in [&b"a"[..], b"d/up", b"abs"] {
+        assert_eq!(kind(s.list(link)), Kind::Refused, "list goes through no link: {}", String::from_utf8_lossy(link));
+        assert_eq!(s.stat(link).unwrap().unwrap().kind, EntryType::Symlink, "a final link is the entry itself");
+    }
+    assert!(h.outside_untouched());
+}
+
+fn remove_tree_never_follows_a_link<S: Sink, H: Harness>(s: &S, h: &H) {
+    s.mkdir_all(b"d/e").unwrap();
+    put(s, b"d/e/f", b"f");
+    h.plant_symlink(b"d/out", b"../..");
+    h.plant_symlink(b"d/e/in", b"..");
+    h.plant_symlink(b"top", b"..");
+    // A partial file in the tree goes with it.
+    let (_p, _) = s.open_part(b"d/e/g", &spec(2 * 64, 64)).unwrap();
+    s.remove_tree(b"top").unwrap();
+    assert!(s.stat(b"top").unwrap().is_none());
+    assert!(h.outside_untouched());
+    s.remove_tree(b"d").unwrap();
+    assert!(s.stat(b"d").unwrap().is_none());
+    assert_eq!(names(s, b""), []);
+    assert!(h.outside_untouched());
+    s.remove_tree(b"missing").unwrap();
+    s.remove_tree(b"d").unwrap();
+}
+
+fn publish_replaces_a_file_and_refuses_a_directory<S: Sink, H: Harness>(s: &S, h: &H) {
+    put(s, b"f", b"first version");
+    put(s, b"f", b"second");
+    assert_eq!(h.read_file(b"f").unwrap(), b"second");
+    s.mkdir_all(b"dir/inside").unwrap();
+    let (p, _) = s.open_part(b"dir", &spec(4, 64)).unwrap();
+    p.write_at(0, b"data").unwrap();
+    p.finish(&Meta::default()).unwrap();
+    s.barrier().unwrap();
+    let e = p.publish().unwrap_err();
+    assert_eq!(e.kind, Kind::Conflict);
+    assert!(e.message.contains("directory"), "{e}");
+    assert_eq!(s.stat(b"dir").unwrap().unwrap().kind, EntryType::Dir);
+    assert_eq!(names(s, b"dir"), [("inside".to_string(), true)]);
+    p.abandon().unwrap();
+    let (q, _) = s.open_part(b"g", &spec(1, 64)).unwrap();
+    q.write_at(0, b"g").unwrap();
+    assert!(q.publish().is_err(), "publish before finish is refused");
+    q.abandon().unwrap();
+}
+
+fn holes_read_back_as_zeros<S: Sink, H: Harness>(s: &S, h: &H) {
+    if !s.features().sparse {
+        return;
+    }
+    const C: u64 = 128 << 10;
+    let sp = spec(4 * C + 5, C as u32);
+    let (p, resume) = s.open_part(b"sparse", &sp).unwrap();
+    assert!(resume.fresh);
+    p.write_at(0, &vec![0u8; C as usize]).unwrap();
+    p.write_at(2 * C, &chunk(2, C as usize)).unwrap();
+    let mut buf = vec![1u8; C as usize];
+    p.read_at(C, &mut buf).unwrap();
+    assert!(buf.iter().all(|&b| b == 0), "never written");
+    p.finish(&Meta::default()).unwrap();
+    s.barrier().unwrap();
+    p.publish().unwrap();
+    let got = h.read_file(b"sparse").unwrap();
+    assert_eq!(got.len() as u64, sp.size);
+    assert!(got[..2 * C as usize].iter().all(|&b| b == 0));
+    assert_eq!(&got[2 * C as usize..3 * C as usize], &chunk(2, C as usize)[..]);
+    assert!(got[3 * C as usize..].iter().all(|&b| b == 0), "a hole at the end");
+}
+
+fn two_writers_on_one_part<S: Sink, H: Harness>(s: &S, h: &H) {
+    let sp = spec(6 * 64, 64);
+    let (a, _) = s.open_part(b"striped", &sp).unwrap();
+    write_chunks(&a, &sp, [0, 2, 4]);
+    let (b, resume) = s.open_part(b"striped", &sp).unwrap();
+    assert_eq!(resume.chunks.iter().map(|c| c.0).collect::<Vec<_>>(), [0, 2, 4], "the second writer sees what the first recorded");
+    write_chunks(&b, &sp, [5, 3, 1]);
+    a.finish(&Meta::default()).unwrap();
+    s.barrier().unwrap();
+    a.publish().unwrap();
+    assert_eq!(h.read_file(b"striped").unwrap(), content(&sp));
+}
+
+fn directories_links_and_metadata<S: Sink, H: Harness>(s: &S, h: &H) {
+    assert!(s.mkdir_all(b"x/y").unwrap());
+    assert!(!s.mkdir_all(b"x/y").unwrap());
+    assert!(!s.mkdir_all(b"").unwrap());
+    put(s, b"x/file", b"1");
+    assert_eq!(kind(s.mkdir_all(b"x/file")), Kind::Conflict);
+    assert_eq!(kind(s.mkdir_all(b"x/file/z")), Kind::Conflict);
+    s.set_dir_meta(b"x/y", &Meta { mode: Some(0o750), mtime: Some((1_500_000_000, 3)) }).unwrap();
+    let st = s.stat(b"x/y").unwrap().unwrap();
+    assert_eq!((st.kind, st.mode, st.mtime), (EntryType::Dir, 0o750, (1_500_000_000, 3)));
+    s.set_dir_meta(b"", &Meta { mode: None, mtime: Some((1_400_000_000, 0)) }).unwrap();
+    assert_eq!(s.stat(b"").unwrap().unwrap().mtime, (1_400_000_000, 0));
+    assert_eq!(kind(s.set_dir_meta(b"x/file", &Meta::default())), Kind::Conflict);
+    s.symlink(b"x/l", b"y", Some((1_300_000_000, 0))).unwrap();
+    let st = s.stat(b"x/l").unwrap().unwrap();
+    assert_eq!((st.kind, st.mtime), (EntryType::Symlink, (1_300_000_000, 0)));
+    s.symlink(b"x/file", b"y", None).unwrap();
+    assert!(h.read_file(b"x/file").is_none(), "a link replaced the file");
+    assert_eq!(kind(s.symlink(b"x/y", b"t", None)), Kind::Conflict, "never over a directory");
+    assert_eq!(names(s, b"x"), [("file".to_string(), false), ("l".to_string(), false), ("y".to_string(), true)]);
+    assert_eq!(kind(s.open_part(b"nodir/f", &spec(1, 64))), Kind::NotFound, "the parent must exist");
+}

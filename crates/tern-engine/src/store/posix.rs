@@ -1,0 +1,505 @@
+//! `PosixSink`: a destination directory on a POSIX file system, every operation relative to a
+//! descriptor opened beneath the root (`fsops::DestRoot`: `openat2(RESOLVE_BENEATH)`, or a walk
+//! through no link at all on kernels without it), final names with `O_NOFOLLOW`.
+//!
+//! A partial file `dir/NAME` is `dir/.tern.TAG.H.part`, its journal `dir/.tern.TAG.H.journal`
+//! (`fsops::Tag`, docs/journal.md): tern's reserved namespace in that directory, which `list`
+//! leaves out and a user's entry may not take.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
+
+use tern_proto::chunk::{chunk_count, chunk_range};
+use tern_proto::path::{file_name, parent};
+
+use super::{EntryType, Features, Kind, Listed, Meta, Part, PartSpec, Result, Resume, Sink, Stat, StoreError, check, check_entry, join};
+use crate::faults::chunk_hash;
+use crate::fsops::{self, Beneath, DestRoot, Dir};
+use crate::hashing::is_zero;
+use crate::journal::{Journal, JournalHeader};
+
+/// A destination directory. `links_beneath`: refuse a symlink whose target could resolve outside
+/// that root (a daemon's, unless `serve --allow-links-out`), judged by where the kernel puts the
+/// link's directory (`fsops::link_stays_beneath`).
+pub(crate) struct PosixSink {
+    root: DestRoot,
+    links_beneath: Option<Arc<Beneath>>,
+}
+
+impl PosixSink {
+    pub(crate) fn new(root: DestRoot, links_beneath: Option<Arc<Beneath>>) -> Self {
+        Self { root, links_beneath }
+    }
+
+    /// The directory `rel` is in, opened beneath the root, with its tag; `rel`'s own name must
+    /// not be in tern's namespace there.
+    fn parent_of(&self, rel: &[u8]) -> Result<Dir> {
+        let dir = Dir::new(self.root.dir(parent(rel))?)?;
+        if dir.tag.reserves(file_name(rel)) {
+            return Err(StoreError::refused(format!("'{}' is in the name space tern keeps for its own files in that directory; refused", String::from_utf8_lossy(rel))));
+        }
+        Ok(dir)
+    }
+
+    /// Directory `rel` opened through no symlink at all. A link on the way is `Refused` (the
+    /// kernel says ENOTDIR for a final one: looked at again to tell it from a file).
+    fn dir_no_links(&self, rel: &[u8]) -> Result<std::os::fd::OwnedFd> {
+        match self.root.dir_no_links(rel) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) && self.link_on_the_way(rel) => {
+                Err(StoreError { kind: Kind::Refused, errno: Some(libc::ELOOP), message: "a symlink stands on the way; refused (never followed here)".into() })
+            }
+            r => Ok(r?),
+        }
+    }
+
+    fn link_on_the_way(&self, rel: &[u8]) -> bool {
+        let mut prefix = Vec::new();
+        for c in rel.split(|&b| b == b'/') {
+            prefix = join(&prefix, c);
+            let Ok(dir) = self.root.dir_no_links(parent(&prefix)) else { return false };
+            match fsops::stat_at(&dir, c) {
+                Ok(Some(st)) if st.st_mode & libc::S_IFMT == libc::S_IFLNK => return true,
+                Ok(Some(_)) => {}
+                _ => return false,
+            }
+        }
+        false
+    }
+
+    /// Every name in directory `rel` (opened through no link at all), tern's own included, and
+    /// the directory; `.` and `..` left out, sorted.
+    fn list_all(&self, rel: &[u8]) -> Result<(Dir, Vec<Listed>)> {
+        let dir = Dir::new(self.dir_no_links(rel)?)?;
+        let mut items = Vec::new();
+        let mut rd = rustix::fs::Dir::read_from(&dir.fd)?;
+        while let Some(ent) = rd.read() {
+            let ent = ent?;
+            let name = ent.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            let is_dir = match ent.file_type() {
+                rustix::fs::FileType::Directory => true,
+                rustix::fs::FileType::Unknown => fsops::stat_at(&dir, name)?.is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR),
+                _ => false,
+            };
+            items.push((name.to_vec(), is_dir));
+        }
+        items.sort();
+        Ok((dir, items))
+    }
+
+    /// Depth-first with an explicit stack and one open directory at a time; each step relative
+    /// to a directory opened through no link (a link is removed, not entered).
+    fn remove_all(&self, rel: &[u8]) -> Result<()> {
+        let mut stack = vec![(rel.to_vec(), false)];
+        while let Some((rel, emptied)) = stack.pop() {
+            let parent_dir = self.dir_no_links(parent(&rel))?;
+            let name = file_name(&rel);
+            if emptied {
+                fsops::rmdir_at(&parent_dir, name)?;
+                continue;
+            }
+            match fsops::stat_at(&parent_dir, name)? {
+                None => {}
+                Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {
+                    let (_, items) = self.list_all(&rel)?;
+                    stack.push((rel.clone(), true));
+                    stack.extend(items.into_iter().map(|(n, _)| (join(&rel, &n), false)));
+                }
+                Some(_) => fsops::unlink_at(&parent_dir, name)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// The chunks of `tmp` that `records` claim and its data proves (re-hashed): after a power
+    /// loss a journal may claim more than reached the disk (docs/journal.md).
+    fn proven(part: &File, spec: &PartSpec, records: Vec<(u64, [u8; 32])>) -> Vec<(u64, [u8; 32])> {
+        let chunks = chunk_count(spec.size, spec.chunk_size);
+        let mut buf = vec![0u8; spec.chunk_size as usize];
+        let mut proven = BTreeMap::new();
+        for (index, hash) in records {
+            if index >= chunks || proven.contains_key(&index) {
+                continue;
+            }
+            let (off, len) = chunk_range(spec.size, spec.chunk_size, index);
+            if part.read_exact_at(&mut buf[..len as usize], off).is_ok() && chunk_hash(&buf[..len as usize]) == hash {
+                proven.insert(index, hash);
+            }
+        }
+        proven.into_iter().collect()
+    }
+}
+
+fn stat_of(st: &rustix::fs::Stat) -> Stat {
+    let kind = match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => EntryType::File,
+        libc::S_IFDIR => EntryType::Dir,
+        libc::S_IFLNK => EntryType::Symlink,
+        _ => EntryType::Other,
+    };
+    Stat { kind, size: st.st_size as u64, mode: st.st_mode & 0o7777, mtime: (st.st_mtime, st.st_mtime_nsec as u32) }
+}
+
+impl Sink for PosixSink {
+    type Part = PosixPart;
+
+    fn features(&self) -> Features {
+        Features { sparse: true, atomic_publish: true, resumable: true, chunk_size_min: 1, chunk_size_max: u32::MAX, max_chunks: None }
+    }
+
+    fn stat(&self, rel: &[u8]) -> Result<Option<Stat>> {
+        check(rel)?;
+        if rel.is_empty() {
+            return Ok(Some(stat_of(&rustix::fs::fstat(self.root.dir(b"")?)?)));
+        }
+        let dir = self.root.dir(parent(rel))?;
+        Ok(fsops::stat_at(&dir, file_name(rel))?.as_ref().map(stat_of))
+    }
+
+    fn mkdir_all(&self, rel: &[u8]) -> Result<bool> {
+        check(rel)?;
+        Ok(self.root.mkdir_all(rel)?)
+    }
+
+    fn open_part(&self, rel: &[u8], spec: &PartSpec) -> Result<(PosixPart, Resume)> {
+        check_entry(rel)?;
+        let dir = self.parent_of(rel)?;
+        let (tmp, journal_name) = dir.tag.temp_names(file_name(rel));
+        let header = JournalHeader { size: spec.size, mtime_s: spec.mtime.0, mtime_ns: spec.mtime.1, chunk_size: spec.chunk_size };
+        // Single-chunk files keep no journal: resending one chunk costs what re-hashing it would.
+        let journaled = chunk_count(spec.size, spec.chunk_size) > 1;
+        let mut resume = Resume { chunks: Vec::new(), fresh: true };
+        let mut journal = None;
+        if journaled
+            && spec.resume
+            && let Some((h, records)) = Journal::read(&dir, &journal_name)?
+            && h == header
+            && let Ok(part) = fsops::open_read(&dir, &tmp)
+        {
+            resume = Resume { chunks: Self::proven(&part, spec, records), fresh: false };
+            journal = Some(Journal::reopen(&dir, &journal_name)?);
+        }
+        if resume.fresh {
+            fsops::unlink_at(&dir, &tmp)?;
+            fsops::unlink_at(&dir, &journal_name)?;
+            if journaled {
+                journal = Some(Journal::create(&dir, &journal_name, &header)?);
+            }
+        }
+        // Out of descriptors, wait for files in flight to land and give theirs back.
+        let file = fsops::waiting_for_descriptors(|| fsops::open_temp(&dir, &tmp))?;
+        let part = PosixPart {
+            dir,
+            tmp,
+            name: file_name(rel).to_vec(),
+            journal_name,
+            file,
+            journal,
+            size: spec.size,
+            fresh: resume.fresh,
+            written_end: AtomicU64::new(0),
+            finished: AtomicBool::new(false),
+            gone: AtomicBool::new(false),
+        };
+        Ok((part, resume))
+    }
+
+    fn barrier(&self) -> Result<()> {
+        Ok(self.root.syncfs()?)
+    }
+
+    fn symlink(&self, rel: &[u8], target: &[u8], mtime: Option<(i64, u32)>) -> Result<()> {
+        check_entry(rel)?;
+        let dir = self.parent_of(rel)?;
+        if let Some(b) = &self.links_beneath
+            && !b.depth(&dir).is_some_and(|depth| fsops::link_stays_beneath(depth, target))
+        {
+            return Err(StoreError::refused(format!(
+                "its target '{}' could resolve outside the daemon's root; refused (copy with --safe-links to leave such links out, or the daemon's operator allows them with tern serve --allow-links-out)",
+                String::from_utf8_lossy(target)
+            )));
+        }
+        let name = file_name(rel);
+        let (tmp, _) = dir.tag.temp_names(name);
+        fsops::unlink_at(&dir, &tmp)?;
+        fsops::symlink_at(target, &dir, &tmp)?;
+        let placed = (|| {
+            if mtime.is_some() {
+                fsops::set_meta_at(&dir, &tmp, None, mtime, true)?;
+            }
+            if let Some(st) = fsops::stat_at(&dir, name)?
+                && st.st_mode & libc::S_IFMT == libc::S_IFDIR
+            {
+                return Err(io::Error::from_raw_os_error(libc::EISDIR));
+            }
+            fsops::rename_at(&dir, &tmp, name)
+        })();
+        if placed.is_err() {
+            let _ = fsops::unlink_at(&dir, &tmp);
+        }
+        Ok(placed?)
+    }
+
+    fn set_dir_meta(&self, rel: &[u8], meta: &Meta) -> Result<()> {
+        check(rel)?;
+        let (dir, name): (_, &[u8]) = if rel.is_empty() { (self.root.dir(b"")?, b".") } else { (self.root.dir(parent(rel))?, file_name(rel)) };
+        match fsops::stat_at(&dir, name)? {
+            Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {}
+            Some(_) => return Err(StoreError::errno(libc::ENOTDIR)),
+            None => return Err(StoreError::errno(libc::ENOENT)),
+        }
+        Ok(fsops::set_meta_at(&dir, name, meta.mode, meta.mtime, false)?)
+    }
+
+    fn list(&self, rel: &[u8]) -> Result<Vec<Listed>> {
+        check(rel)?;
+        let (dir, items) = self.list_all(rel)?;
+        Ok(items.into_iter().filter(|(name, _)| !dir.tag.reserves(name)).collect())
+    }
+
+    fn remove_tree(&self, rel: &[u8]) -> Result<()> {
+        check_entry(rel)?;
+        self.remove_all(rel)
+    }
+
+    fn display(&self, rel: &[u8]) -> String {
+        self.root.display(rel)
+    }
+}
+
+/// A partial file: the temporary and (multi-chunk files) its journal, in the directory of the
+/// final name, opened at `open_part`.
+pub(crate) struct PosixPart {
+    dir: Dir,
+    tmp: Vec<u8>,
+    name: Vec<u8>,
+    journal_name: Vec<u8>,
+    file: File,
+    journal: Option<Journal>,
+    size: u64,
+    /// The temporary did not exist before: all-zero blocks may be left as holes.
+    fresh: bool,
+    /// End of the furthest byte written: a fresh file that reached its size needs no truncate.
+    written_end: AtomicU64,
+    finished: AtomicBool,
+    /// Published or abandoned: the handle is spent.
+    gone: AtomicBool,
+}
+
+impl PosixPart {
+    fn live(&self) -> Result<()> {
+        if self.gone.load(Relaxed) {
+            return Err(StoreError::new(Kind::Other, "this partial file was already published or abandoned"));
+        }
+        Ok(())
+    }
+}
+
+impl Part for PosixPart {
+    fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.live()?;
+        let end = if self.fresh { write_sparse(&self.file, data, offset)? } else { self.file.write_all_at(data, offset).map(|_| offset + data.len() as u64)? };
+        self.written_end.fetch_max(end, Relaxed);
+        Ok(())
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        if offset.checked_add(buf.len() as u64).is_none_or(|end| end > self.size) {
+            return Err(StoreError::new(Kind::Other, "read past the end of the partial file"));
+        }
+        let mut done = 0;
+        while done < buf.len() {
+            match self.file.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        // Past the temporary's end, before `finish` set its length: never written, so zeros.
+        buf[done..].fill(0);
+        Ok(())
+    }
+
+    fn record_chunk(&self, index: u64, hash: &[u8; 32]) -> Result<()> {
+        self.live()?;
+        match &self.journal {
+            Some(j) => Ok(j.append(index, hash)?),
+            None => Ok(()),
+        }
+    }
+
+    fn finish(&self, meta: &Meta) -> Result<()> {
+        self.live()?;
+        // A fresh file whose last byte was written already has its length; otherwise a hole at
+        // the end, or a longer stale temporary, needs the truncate.
+        if !(self.fresh && self.written_end.load(Relaxed) == self.size) {
+            self.file.set_len(self.size)?;
+        }
+        fsops::set_meta(&self.file, meta.mode, meta.mtime)?;
+        // What publish will move must be the file that was written: if anything else took the
+        // temporary's name meanwhile, land nothing.
+        let written = rustix::fs::fstat(&self.file)?;
+        match fsops::stat_at(&self.dir, &self.tmp)? {
+            Some(st) if (st.st_dev, st.st_ino) == (written.st_dev, written.st_ino) => {}
+            _ => {
+                return Err(StoreError::new(Kind::Other, "the temporary file was replaced or removed while it was written (another process in this directory?); nothing was renamed into place"));
+            }
+        }
+        self.finished.store(true, Relaxed);
+        Ok(())
+    }
+
+    fn publish(&self) -> Result<()> {
+        self.live()?;
+        if !self.finished.load(Relaxed) {
+            return Err(StoreError::new(Kind::Other, "publish before finish"));
+        }
+        if let Some(st) = fsops::stat_at(&self.dir, &self.name)?
+            && st.st_mode & libc::S_IFMT == libc::S_IFDIR
+        {
+            return Err(StoreError { kind: Kind::Conflict, errno: Some(libc::EISDIR), message: "a directory stands under the final name; nothing was renamed into place".into() });
+        }
+        fsops::rename_at(&self.dir, &self.tmp, &self.name)?;
+        self.gone.store(true, Relaxed);
+        if self.journal.is_some() {
+            let _ = fsops::unlink_at(&self.dir, &self.journal_name);
+        }
+        Ok(())
+    }
+
+    fn abandon(&self) -> Result<()> {
+        self.live()?;
+        self.gone.store(true, Relaxed);
+        fsops::unlink_at(&self.dir, &self.tmp)?;
+        Ok(fsops::unlink_at(&self.dir, &self.journal_name)?)
+    }
+}
+
+/// Writes the non-zero 64 KiB blocks of `data` at `off` (all-zero ones read back as zeros from
+/// the hole of a fresh file); returns where the last write ended.
+pub(crate) fn write_sparse(file: &File, data: &[u8], off: u64) -> io::Result<u64> {
+    const BLOCK: usize = 64 << 10;
+    let mut start = 0;
+    let mut written_end = 0;
+    while start < data.len() {
+        // Find a run of non-zero blocks and write it in one call.
+        while start < data.len() && is_zero(&data[start..(start + BLOCK).min(data.len())]) {
+            start += BLOCK;
+        }
+        let mut end = start;
+        while end < data.len() && !is_zero(&data[end..(end + BLOCK).min(data.len())]) {
+            end += BLOCK;
+        }
+        let end = end.min(data.len());
+        if start < end {
+            file.write_all_at(&data[start..end], off + start as u64)?;
+            written_end = off + end as u64;
+        }
+        start = end;
+    }
+    Ok(written_end)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+    use crate::store::conformance::Harness;
+
+    /// A temporary directory holding the store's root `root/` and, beside it, `outside/keep`,
+    /// which nothing done through the store may touch.
+    pub(crate) struct PosixHarness {
+        _tmp: tempfile::TempDir,
+        top: PathBuf,
+        root: PathBuf,
+    }
+
+    fn harness() -> PosixHarness {
+        let tmp = tempfile::tempdir().unwrap();
+        let top = tmp.path().to_path_buf();
+        std::fs::create_dir_all(top.join("root")).unwrap();
+        std::fs::create_dir_all(top.join("outside")).unwrap();
+        std::fs::write(top.join("outside/keep"), b"precious").unwrap();
+        PosixHarness { _tmp: tmp, root: top.join("root"), top }
+    }
+
+    pub(crate) fn fixture_unconfined() -> (PosixSink, PosixHarness) {
+        let h = harness();
+        (PosixSink::new(DestRoot::open(None, &h.root).unwrap(), None), h)
+    }
+
+    /// As a daemon opens it: beneath its root, links that could leave it refused.
+    pub(crate) fn fixture_beneath() -> (PosixSink, PosixHarness) {
+        let h = harness();
+        let b = Arc::new(Beneath::open(&h.root).unwrap());
+        (PosixSink::new(DestRoot::open(Some(&b), &h.root).unwrap(), Some(b)), h)
+    }
+
+    fn path(root: &Path, rel: &[u8]) -> PathBuf {
+        use std::os::unix::ffi::OsStrExt;
+        root.join(std::ffi::OsStr::from_bytes(rel))
+    }
+
+    impl Harness for PosixHarness {
+        fn read_file(&self, rel: &[u8]) -> Option<Vec<u8>> {
+            let p = path(&self.root, rel);
+            std::fs::symlink_metadata(&p).ok().filter(|m| m.is_file())?;
+            std::fs::read(p).ok()
+        }
+
+        fn corrupt_part(&self, rel: &[u8], offset: u64, data: &[u8]) {
+            let dir = path(&self.root, parent(rel));
+            let tag = Tag::of(&File::open(&dir).unwrap()).unwrap();
+            let (tmp, _) = tag.temp_names(file_name(rel));
+            let f = std::fs::OpenOptions::new().write(true).open(path(&dir, &tmp)).unwrap();
+            f.write_all_at(data, offset).unwrap();
+        }
+
+        fn plant_symlink(&self, rel: &[u8], target: &[u8]) {
+            use std::os::unix::ffi::OsStrExt;
+            std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(target), path(&self.root, rel)).unwrap();
+        }
+
+        fn plant_marker(&self, dir: &[u8]) {
+            let dir = path(&self.root, dir);
+            let tag = Tag::of(&File::open(&dir).unwrap()).unwrap();
+            std::fs::write(path(&dir, &tag.marker()), b"src").unwrap();
+        }
+
+        fn outside_untouched(&self) -> bool {
+            let mut names: Vec<String> = std::fs::read_dir(&self.top).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+            names.sort();
+            names == ["outside", "root"] && std::fs::read(self.top.join("outside/keep")).ok().as_deref() == Some(&b"precious"[..])
+        }
+    }
+
+    use crate::fsops::Tag;
+
+    #[test]
+    fn beneath_a_daemon_root_links_that_could_leave_it_are_refused() {
+        let (confined, h) = fixture_beneath();
+        confined.mkdir_all(b"d").unwrap();
+        for target in [&b"../.."[..], b"/etc", b"d/../.."] {
+            let e = confined.symlink(b"d/l", target, None).unwrap_err();
+            assert_eq!(e.kind, Kind::Refused, "{}", String::from_utf8_lossy(target));
+            assert!(e.message.contains("--allow-links-out"), "{e}");
+        }
+        assert!(confined.stat(b"d/l").unwrap().is_none());
+        confined.symlink(b"d/l", b"../d", None).unwrap();
+        assert!(h.outside_untouched());
+        // Without a daemon root (local, ssh, --allow-links-out): the user's own links, as given.
+        let (open, _h) = fixture_unconfined();
+        open.symlink(b"l", b"/etc", None).unwrap();
+        assert_eq!(open.stat(b"l").unwrap().unwrap().kind, EntryType::Symlink);
+    }
+}
