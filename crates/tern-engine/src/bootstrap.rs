@@ -103,8 +103,29 @@ fn payload() -> io::Result<Vec<u8>> {
         if std::fs::write(&tmp, &bytes).is_ok() && std::fs::rename(&tmp, &p).is_err() {
             let _ = std::fs::remove_file(&tmp);
         }
+        prune_other_builds(dir, &p);
     }
     Ok(bytes)
+}
+
+/// Another build's payload is never sent by this one: without pruning, every upgrade (or every
+/// rebuild of a developer's tree) would leave 5–70 MB behind for good.
+fn prune_other_builds(dir: &std::path::Path, keep: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let path = e.path();
+        if path != keep && is_payload_name(&e.file_name()) && e.file_type().is_ok_and(|t| t.is_file()) {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
+/// `VERSION-HASH.gz` as [`payload`] names it (HASH: 16 hex digits); nothing else in the
+/// directory is ours to remove.
+fn is_payload_name(name: &std::ffi::OsStr) -> bool {
+    let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".gz")) else { return false };
+    let Some((version, hash)) = stem.rsplit_once('-') else { return false };
+    !version.is_empty() && hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 fn local_cache_dir() -> Option<PathBuf> {
@@ -264,6 +285,20 @@ mod tests {
             let inner = &cmd["sh -c '".len()..cmd.rfind('\'').unwrap()];
             assert!(!inner.contains('\'') && !inner.contains('!') && !inner.contains('\n'));
         }
+    }
+
+    #[test]
+    fn only_other_builds_payloads_are_pruned() {
+        let dir = tempfile::tempdir().unwrap();
+        let names = ["0.1.0-5a0a2f1424d54680.gz", "0.1.0-47cba97c9a944d96.gz", "0.1.0-5a19b8be54110608.gz.4242", "notes.gz", "0.1.0-xyz.gz", "keep.txt"];
+        for n in names {
+            std::fs::write(dir.path().join(n), b"x").unwrap();
+        }
+        let keep = dir.path().join("0.1.0-47cba97c9a944d96.gz");
+        prune_other_builds(dir.path(), &keep);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        left.sort();
+        assert_eq!(left, ["0.1.0-47cba97c9a944d96.gz", "0.1.0-5a19b8be54110608.gz.4242", "0.1.0-xyz.gz", "keep.txt", "notes.gz"]);
     }
 
     #[test]
