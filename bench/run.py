@@ -21,6 +21,7 @@ import secrets
 import shlex
 import shutil
 import signal
+import stat
 import statistics
 import subprocess
 import sys
@@ -400,6 +401,8 @@ def dataset(spec):
         with open(meta_file) as f:
             return src, json.load(f)
     shutil.rmtree(top, ignore_errors=True)
+    if prof == "real":
+        return real_tree(spec, arg, top, src, meta_file)
     cmd = [GEN, prof, src]
     if prof == "small" and arg:
         cmd += ["--count-scale", arg]
@@ -411,6 +414,43 @@ def dataset(spec):
     with open(meta_file, "w") as f:
         json.dump(meta, f)
     log(f"generated {spec}: {meta['files']} files, {meta['bytes']/1e9:.3f} GB in {meta['seconds']} s ({meta['mb_per_s']} MB/s)")
+    return src, meta
+
+
+# Trees nobody here wrote, copied from what the machine has installed (never committed):
+# rust = the toolchain's sysroot (~52,000 files, 1.3 GB, deep, most files < 4 KiB: the tree a
+# user's copy once failed on), usr-share = /usr/share (~45,000 files), python = /usr/lib/python3.
+REAL_TREES = {
+    "rust": lambda: subprocess.run(["rustc", "--print", "sysroot"], capture_output=True, text=True, check=True).stdout.strip(),
+    "usr-share": lambda: "/usr/share",
+    "python": lambda: "/usr/lib/python3",
+}
+
+
+def real_tree(spec, name, top, src, meta_file):
+    if name not in REAL_TREES:
+        sys.exit(f"unknown real tree {name!r}; known: {sorted(REAL_TREES)}")
+    origin = REAL_TREES[name]()
+    t0 = time.monotonic()
+    os.makedirs(top)
+    # cp -a keeps links as links (absolute ones too), modes and times, as the copies must.
+    sh(["cp", "-a", origin, src], timeout=1800)
+    files = dirs = links = nbytes = 0
+    for root, dnames, fnames in os.walk(src):
+        dirs += len(dnames)
+        for f in fnames:
+            st = os.lstat(os.path.join(root, f))
+            if stat.S_ISLNK(st.st_mode):
+                links += 1
+            elif stat.S_ISREG(st.st_mode):
+                files += 1
+                nbytes += st.st_size
+    secs = time.monotonic() - t0
+    meta = {"files": files, "dirs": dirs, "links": links, "bytes": nbytes, "origin": origin, "spec": spec,
+            "seconds": round(secs, 3), "mb_per_s": round(nbytes / 1e6 / max(secs, 1e-3))}
+    with open(meta_file, "w") as f:
+        json.dump(meta, f)
+    log(f"copied real tree {spec} from {origin}: {files} files, {links} links, {dirs} dirs, {nbytes/1e9:.3f} GB")
     return src, meta
 
 

@@ -64,9 +64,9 @@ pub fn remote_command(install: Install, remote_args: &str) -> String {
         "printf \"TERN-NEED\\n\"; \
          while IFS= read -r l; do case $l in *TERN-INSTALL-*) break;; esac; done; \
          n=${{l##* }}; \
-         mkdir -p \"$c\" 2>/dev/null && t=\"$c/.tern.$$\" && head -c \"$n\" > \"$t.gz\" && \
-         gzip -dc < \"$t.gz\" > \"$t\" && rm -f \"$t.gz\" && chmod 755 \"$t\" && mv -f \"$t\" \"$b\" \
-         || {{ rm -f \"$t\" \"$t.gz\"; echo \"tern: cannot write $c\" >&2; exit {EXIT_CANNOT_WRITE}; }}; \
+         mkdir -p \"$c\" 2>/dev/null && t=\"$c/.tern.$$\" && \
+         head -c \"$n\" | gzip -dc > \"$t\" && chmod 755 \"$t\" && mv -f \"$t\" \"$b\" \
+         || {{ rm -f \"$t\"; echo \"tern: cannot write $c\" >&2; exit {EXIT_CANNOT_WRITE}; }}; \
          \"$b\" --version >/dev/null 2>&1 || {{ echo \"tern: cannot run $b\" >&2; exit {EXIT_CANNOT_RUN}; }}; \
          printf \"TERN-INSTALLED %s\\n\" \"$b\"; exec \"$b\" _remote \"$@\""
     );
@@ -81,9 +81,27 @@ pub fn remote_command(install: Install, remote_args: &str) -> String {
     format!("sh -c '{script}' tern-bootstrap {remote_args}")
 }
 
+/// The gzip of this binary, once per process: [`prepare_payload`] may have started making it
+/// while ssh logged in.
+fn payload() -> io::Result<Arc<Vec<u8>>> {
+    static PAYLOAD: OnceLock<Result<Arc<Vec<u8>>, String>> = OnceLock::new();
+    PAYLOAD.get_or_init(|| make_payload().map(Arc::new).map_err(|e| e.to_string())).clone().map_err(io::Error::other)
+}
+
+/// Starts compressing this binary in the background when no compressed copy is cached, so a
+/// first install waits for the ssh login (about a second at 68 ms), not for the compression
+/// after it. Once per build and machine; later runs find the cache and do nothing here.
+pub(crate) fn prepare_payload() {
+    let cached = local_cache_dir().is_some_and(|d| d.join(format!("{}.gz", build_id())).is_file());
+    if !cached {
+        let _ = std::thread::Builder::new().name("tern-payload".into()).spawn(|| drop(payload()));
+    }
+}
+
 /// The gzip of this binary, made once per build and kept in the local cache (compressing
-/// 15 MB takes most of a second; sending it on a 1 Gb/s path a tenth of that).
-fn payload() -> io::Result<Vec<u8>> {
+/// 16 MB takes most of a second; sending it on a 1 Gb/s path a tenth of that). The far side
+/// unpacks it as it arrives, so the unpacking overlaps the transfer.
+fn make_payload() -> io::Result<Vec<u8>> {
     let cache = local_cache_dir().map(|d| d.join(format!("{}.gz", build_id())));
     if let Some(p) = &cache
         && let Ok(bytes) = std::fs::read(p)

@@ -886,6 +886,9 @@ impl SshConn {
         let (mut stdin, stdout): (Box<dyn Write + Send>, Box<dyn Read + Send>) = if spec.ssh.remote_bin.is_some() {
             (Box::new(stdin), Box::new(stdout))
         } else {
+            if spec.ssh.install != crate::bootstrap::Install::Never {
+                crate::bootstrap::prepare_payload();
+            }
             let p = progress.clone();
             let (w, r) = crate::bootstrap::wrap(stdin, stdout, host, Arc::new(move |m| p.notice(m)));
             (Box::new(w), Box::new(r))
