@@ -8,6 +8,7 @@
 //! thousand times faster than processes and with every fault reproducible from a seed.
 
 pub mod receiver;
+pub mod sender;
 #[cfg(test)]
 mod sim;
 
