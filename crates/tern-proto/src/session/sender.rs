@@ -231,14 +231,20 @@ impl<T> Sender<T> {
     }
 
     /// The receiver's `Want` for one file: these ranges are sent, the other chunks only hashed.
-    /// Wanted again once all of it was sent, the file starts over (the receiver found a
-    /// whole-file mismatch: a partial of an older version).
+    /// Wanted again once all of it was sent (or its FileEnd went out), the file starts over
+    /// (the receiver found a whole-file mismatch: a partial of an older version, or a chunk
+    /// re-read after the source changed).
     pub fn want(&mut self, id: u64, ranges: &[(u64, u32)]) -> Result<(), Refused> {
         if !self.known(id)? {
             return Ok(());
         }
         let f = self.files.get_mut(&id).expect("known");
-        let restart = f.state == State::Active && f.outstanding == 0;
+        // A restart follows the receiver's check of the whole file, so it comes once the file
+        // was all sent, or after its FileEnd (reads asked for again since may still be queued:
+        // their answers count in this round, and the FileEnd's check of the source decides).
+        // Anything sooner is refused: one small message must not queue a file's reads again
+        // and again.
+        let restart = f.state == State::Active && (f.outstanding == 0 || f.end_sent || f.chunks == 1);
         if !(f.state == State::Announced || restart) {
             return Err(Refused::NotWaiting);
         }
@@ -263,8 +269,7 @@ impl<T> Sender<T> {
         for c in (0..f.chunks).filter(|&c| !wanted.contains(c)) {
             self.actions.push_back(Action::Read(read(id, f, c, self.chunk_size, true, false)));
         }
-        debug_assert_eq!(f.outstanding, 0);
-        f.outstanding = f.chunks;
+        f.outstanding += f.chunks;
         self.outstanding += f.chunks;
         Ok(())
     }
@@ -592,6 +597,25 @@ mod tests {
         let rs = reads(&drain(&mut s));
         assert_eq!(rs.len(), 2);
         assert!(matches!(answer(&mut s, &rs)[..], [Action::FileEnd { .. }]), "a second FileEnd for the second round");
+    }
+
+    #[test]
+    fn wanted_again_after_its_file_end_while_a_chunk_asked_again_is_queued_the_file_starts_over() {
+        // Found by the simulation: a chunk asked for again was read after the source changed,
+        // so the receiver's whole-file check failed and it wanted the file again while a
+        // stream reset's resend was still queued here. Refusing it ended the session.
+        let mut s = machine(&[2 * C]);
+        s.want(0, &[(0, 2)]).unwrap();
+        let rs = reads(&drain(&mut s));
+        assert!(matches!(answer(&mut s, &rs)[..], [Action::FileEnd { .. }]));
+        assert!(s.resend(0, 1, true));
+        let late = reads(&drain(&mut s));
+        s.want(0, &[(0, 2)]).unwrap();
+        let again = reads(&drain(&mut s));
+        assert_eq!(again.len(), 2);
+        assert!(answer(&mut s, &again).is_empty(), "the late resend is still to be answered");
+        assert_eq!(s.want(0, &[(0, 2)]), Err(Refused::NotWaiting), "not again before this round's FileEnd");
+        assert!(matches!(answer(&mut s, &late)[..], [Action::FileEnd { .. }]), "then the second round ends");
     }
 
     #[test]
