@@ -10,13 +10,15 @@ use tern_proto::filter::{Filter, FilterRule, RuleKind};
 use tern_proto::frame::{FrameHeader, HEADER_LEN};
 use tern_proto::journal::{self, JournalHeader, RECORD_LEN, encode_record, parse_journal};
 use tern_proto::path::{file_name, parent, symlink_stays_inside, validate_relative};
-use tern_proto::{Control, FrameDecoder, limits};
+use tern_proto::session::{Trouble, receiver, sender};
+use tern_proto::{Control, FrameDecoder, Side, limits};
 
 /// A target's body: panics only when a property is broken.
 pub type Body = fn(&[u8]);
 
 /// Every target, by name: the corpus replay runs each over `fuzz/corpus/NAME/`.
-pub const TARGETS: &[(&str, Body)] = &[("control_frames", control_frames), ("data_frames", data_frames), ("journal", journal), ("filter_rules", filter_rules), ("wire_paths", wire_paths)];
+pub const TARGETS: &[(&str, Body)] =
+    &[("control_frames", control_frames), ("data_frames", data_frames), ("journal", journal), ("filter_rules", filter_rules), ("wire_paths", wire_paths), ("session_machines", session_machines)];
 
 /// Arbitrary bytes as a control stream: every frame must decode or fail cleanly, and whatever
 /// decodes must re-encode to the same message.
@@ -210,4 +212,142 @@ fn resolves_inside(dir: &[u8], target: &[u8]) -> bool {
         }
     }
     true
+}
+
+/// Reads the fuzzer's bytes as numbers; past the end, zeros.
+struct Bytes<'a>(&'a [u8]);
+
+impl Bytes<'_> {
+    fn u8(&mut self) -> u8 {
+        let (&b, rest) = self.0.split_first().unwrap_or((&0, &[]));
+        self.0 = rest;
+        b
+    }
+    /// Small numbers mostly (ids, chunk indexes), with a byte of 0xff meaning a huge one.
+    fn num(&mut self) -> u64 {
+        match self.u8() {
+            0xff => u64::MAX - u64::from(self.u8()),
+            b => u64::from(b % 16),
+        }
+    }
+}
+
+const FUZZ_CHUNK: u32 = 8;
+
+/// Both session machines, each driven as its engine driver does (every action answered as the
+/// contract says) and fed arbitrary messages from a hostile peer: ids never announced or long
+/// finished, chunks outside files, wants, resends, ends, errors and goodbyes in any order. A
+/// refusal is fine; a panic (an assertion on a transition, an overflow) or broken bookkeeping
+/// (`check_invariants` after every input) is a bug.
+pub fn session_machines(data: &[u8]) {
+    let mut b = Bytes(data);
+    let files_ahead = 1 + u64::from(b.u8() % 8);
+    let mut s: sender::Sender<u64> = sender::Sender::new(FUZZ_CHUNK, files_ahead);
+    let mut r: receiver::Receiver<u64> = receiver::Receiver::new(receiver::Window { bytes: 1 + u64::from(b.u8()), files: 1 + usize::from(b.u8() % 8) }, FUZZ_CHUNK);
+    let (mut next_id, mut announced_r) = (0u64, 0u64);
+    let mut reads: Vec<sender::Read> = Vec::new();
+    let mut finalizing: Vec<u64> = Vec::new();
+    let mut steps = 0;
+    while !b.0.is_empty() && steps < 4096 {
+        steps += 1;
+        let (id, n) = (b.num(), b.num());
+        let hash = [b.u8(); 32];
+        match b.u8() % 24 {
+            // The sending side: its walk, its workers' answers, the hostile receiver's messages.
+            0 if s.may_announce() => {
+                s.announce_file(next_id, (n % 64) * 5, next_id);
+                next_id += 1;
+            }
+            1 => {
+                s.announce_other(next_id, next_id);
+                next_id += 1;
+            }
+            2 => s.walk_done(),
+            3 => {
+                let ranges: Vec<(u64, u32)> = (0..n % 4).map(|_| (b.num(), b.num() as u32)).collect();
+                let _ = s.want(id, &ranges);
+            }
+            4 => {
+                let _ = s.ask_again(id, n);
+            }
+            5 => {
+                let _ = s.skip(id);
+            }
+            6 => {
+                let _ = s.file_done(id);
+            }
+            7 => {
+                let _ = s.peer_failed(id, Side::Destination, String::new());
+            }
+            8 if !reads.is_empty() => {
+                // A reset stream's frame: its first read answered or still to be (count it in
+                // again), or never to be answered (the worker saw the reset).
+                let rd = reads.remove(id as usize % reads.len());
+                let answered_later = n % 2 == 0;
+                if answered_later {
+                    reads.push(rd);
+                }
+                let _ = s.resend(rd.id, rd.chunk, answered_later);
+            }
+            9 if !reads.is_empty() => {
+                let rd = reads.remove(id as usize % reads.len());
+                s.chunk_sent(rd.id, rd.chunk, hash);
+            }
+            10 if !reads.is_empty() => {
+                let rd = reads.remove(id as usize % reads.len());
+                s.read_failed(rd.id, sender::ReadTrouble::Changed, String::new());
+            }
+            11 => s.summary(),
+            12 => s.peer_ended(),
+            // The receiving side: the hostile sender's entries, chunks and messages.
+            13 => {
+                r.announce(receiver::FileSpec { id: announced_r, size: (n % 64) * 5, mtime: (0, 0) }, announced_r);
+                announced_r += 1;
+            }
+            14 => r.manifest_end(),
+            15 => {
+                let _ = r.chunk_stored(id, n, hash, hash[0] % 2 == 0);
+            }
+            16 => r.chunk_corrupt(id, n),
+            17 => {
+                let _ = r.file_end(id, hash, (n % 64) * 5, (0, 0));
+            }
+            18 => r.peer_failed(id, Side::Source, String::new()),
+            19 => r.write_failed(id, if n == 0 { Trouble::NoSpace } else { Trouble::Other }, String::new()),
+            20 if !finalizing.is_empty() => r.finalized(finalizing.remove(id as usize % finalizing.len())),
+            21 if !finalizing.is_empty() => {
+                let trouble = [Trouble::WholeFileMismatch, Trouble::NoSpace, Trouble::Other][n as usize % 3];
+                r.finalize_failed(finalizing.remove(id as usize % finalizing.len()), trouble, String::new());
+            }
+            _ => {}
+        }
+        while let Some(a) = s.poll_action() {
+            match a {
+                sender::Action::Read(rd) => reads.push(rd),
+                sender::Action::FileEnd { .. } | sender::Action::PeerError { .. } | sender::Action::Finish | sender::Action::Stop(_) => {}
+                sender::Action::Done { id, payload, .. } => assert_eq!(id, payload),
+            }
+            s.check_invariants();
+        }
+        s.check_invariants();
+        let mut stopped = false;
+        while let Some(a) = r.poll_action() {
+            match a {
+                receiver::Action::Prepare { id, .. } => match b.u8() % 4 {
+                    0 => r.prepare_failed(id, Trouble::ResourceLimit, String::new()),
+                    1 => r.prepare_failed(id, Trouble::Other, String::new()),
+                    _ => r.prepared(id, []),
+                },
+                receiver::Action::Finalize { id, .. } => finalizing.push(id),
+                receiver::Action::Done { id, payload, .. } => assert_eq!(id, payload),
+                receiver::Action::Stop { .. } => stopped = true,
+                receiver::Action::Want(_) | receiver::Action::AskAgain { .. } | receiver::Action::Abandon { .. } | receiver::Action::Wait(_) | receiver::Action::Throttled { .. } => {}
+            }
+            r.check_invariants();
+        }
+        if stopped {
+            // After Stop the engine ends the session: nothing more is fed.
+            break;
+        }
+    }
 }

@@ -12,7 +12,7 @@ use std::thread;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender, unbounded};
-use tern_proto::chunk::{ChunkSet, chunk_count, chunk_range, file_hash, validate_ranges};
+use tern_proto::chunk::{ChunkSet, chunk_count};
 use tern_proto::data::{ChunkHeader, FLAG_WHOLE_FILE};
 use tern_proto::filter::Filter;
 use tern_proto::frame::HEADER_LEN;
@@ -21,7 +21,7 @@ use tern_proto::{Control, Entry, EntryKind, Options};
 
 use crate::control::{CtrlReader, CtrlWriter};
 use crate::datastream::DataConn;
-use crate::error::{Side, TransferError, err_text};
+use crate::error::{ErrorKind, Side, TransferError, err_text};
 use crate::faults::{chunk_hash, faults};
 use crate::progress::Progress;
 use crate::ratelimit::RateLimit;
@@ -144,38 +144,6 @@ enum Event {
     StreamFailed(TransferError),
     NewStream(DataConn),
 }
-
-#[derive(PartialEq, Eq, Clone, Copy)]
-enum State {
-    Announced,
-    Active,
-    Finished,
-}
-
-struct FileState {
-    info: Arc<SrcInfo>,
-    kind: EntryKind,
-    chunks: u64,
-    hashes: Vec<Option<[u8; 32]>>,
-    outstanding: u64,
-    end_sent: bool,
-    state: State,
-}
-
-impl FileState {
-    /// Done or failed: what it held (paths, chunk hashes) is freed, so the sender's memory grows
-    /// with files in flight, not with the tree; the few bytes left keep its id answerable.
-    fn finish(&mut self) {
-        self.state = State::Finished;
-        self.info.finished.store(true, Relaxed);
-        self.info = FINISHED.clone();
-        self.hashes = Vec::new();
-    }
-}
-
-/// What a finished file's state points at instead of its own paths.
-static FINISHED: std::sync::LazyLock<Arc<SrcInfo>> =
-    std::sync::LazyLock::new(|| Arc::new(SrcInfo { path: PathBuf::new(), rel: Vec::new(), size: 0, mtime_s: 0, mtime_ns: 0, finished: AtomicBool::new(true), beneath: None }));
 
 /// The chunk frames one data stream wrote, by sequence number, until their files finish: what
 /// to send again if the receiver resets the stream (`docs/protocol.md`, "Repairing a corrupted
@@ -327,20 +295,35 @@ struct Repair {
     next_index: u32,
 }
 
-fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: &SenderParams, mut repair: Repair, ahead: &Ahead, spawn: &mut dyn FnMut(DataConn)) -> Result<Summary, TransferError> {
-    let chunk_size = p.options.chunk_size;
-    let mut files: Vec<FileState> = Vec::new();
-    let mut walk_done = false;
-    let mut unfinished = 0u64;
-    let mut registered = 0u64;
-    let mut summary: Option<Summary> = None;
-    let progress = &p.progress;
+/// The machine's payload for an entry: the source file its reads open.
+type Machine = tern_proto::session::sender::Sender<Arc<SrcInfo>>;
+
+/// The main loop: feeds the sending machine what happens (walked entries, the receiver's
+/// messages, the stream workers' results) and executes the actions it polls.
+struct Driver<'a> {
+    machine: Machine,
+    writer: &'a CtrlWriter,
+    work: &'a Sender<Work>,
+    p: &'a SenderParams,
+    repair: Repair,
+    /// The id the next walked entry has (the walker numbers entries in order from 0).
+    next_id: u64,
+    summary: Option<Summary>,
+}
+
+fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: &SenderParams, repair: Repair, ahead: &Ahead, spawn: &mut dyn FnMut(DataConn)) -> Result<Summary, TransferError> {
+    let machine = Machine::new(p.options.chunk_size, MAX_FILES_AHEAD);
+    let mut d = Driver { machine, writer, work, p, repair, next_id: 0, summary: None };
     loop {
-        ahead.finished.store(registered - unfinished, Relaxed);
-        if walk_done
-            && unfinished == 0
-            && let Some(s) = summary
-        {
+        ahead.finished.store(d.machine.counts().1, Relaxed);
+        let Ok(ev) = rx.recv() else {
+            return Err(TransferError::network("sender: all workers stopped"));
+        };
+        match ev {
+            Event::NewStream(conn) => spawn(conn),
+            ev => d.handle(ev)?,
+        }
+        if let Some(summary) = d.drive()? {
             // Everything is verified and reported. Our Bye lets the receiver remove its resume
             // marker; waiting for its Bye means that when we return, the destination is final.
             if writer.send(&Control::Bye).is_ok() {
@@ -352,232 +335,255 @@ fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: 
                     }
                 }
             }
-            return Ok(s);
+            return Ok(summary);
         }
-        let Ok(ev) = rx.recv() else {
-            return Err(TransferError::network("sender: all workers stopped"));
-        };
+    }
+}
+
+impl Driver<'_> {
+    /// Feeds one event to the machine (or handles it here, when no decision depends on it).
+    fn handle(&mut self, ev: Event) -> Result<(), TransferError> {
+        let progress = &self.p.progress;
         match ev {
             Event::Files(batch) => {
                 for f in batch {
-                    if f.kind == EntryKind::File {
-                        unfinished += 1;
-                        registered += 1;
+                    let id = self.next_id;
+                    self.next_id += 1;
+                    let (kind, size) = (f.kind, f.size);
+                    let info = Arc::new(SrcInfo { path: f.path, rel: f.rel, size: f.size, mtime_s: f.mtime_s, mtime_ns: f.mtime_ns, finished: AtomicBool::new(false), beneath: f.beneath });
+                    if kind == EntryKind::File {
                         Progress::add(&progress.files_total, 1);
-                        Progress::add(&progress.bytes_total, f.size);
+                        Progress::add(&progress.bytes_total, size);
+                        self.machine.announce_file(id, size, info);
+                    } else {
+                        self.machine.announce_other(id, info);
                     }
-                    let chunks = chunk_count(f.size, chunk_size);
-                    files.push(FileState {
-                        info: Arc::new(SrcInfo { path: f.path, rel: f.rel, size: f.size, mtime_s: f.mtime_s, mtime_ns: f.mtime_ns, finished: AtomicBool::new(false), beneath: f.beneath }),
-                        kind: f.kind,
-                        chunks,
-                        hashes: Vec::new(),
-                        outstanding: 0,
-                        end_sent: false,
-                        state: if f.kind == EntryKind::File { State::Announced } else { State::Finished },
-                    });
                 }
             }
             Event::WalkDone(r) => {
                 r?;
-                walk_done = true;
+                self.machine.walk_done();
             }
             Event::WalkWarning(e) => {
                 // The receiver hears it too: in a pull it is the one that tells the user, and
                 // it must not --delete what the walk could not see.
-                writer.send(&Control::FileError { id: tern_proto::msg::UNANNOUNCED, side: e.side, message: e.message_with_path() })?;
+                self.writer.send(&Control::FileError { id: tern_proto::msg::UNANNOUNCED, side: e.side, message: e.message_with_path() })?;
                 progress.error(e);
             }
             Event::WalkNotice(n) => progress.notice(n),
-            Event::NewStream(conn) => spawn(conn),
+            Event::NewStream(_) => unreachable!("self_loop spawns the workers"),
             Event::CtrlFailed(e) => return Err(e),
             Event::StreamFailed(e) => return Err(e),
             Event::Requeue(w) => {
-                if files[w.id as usize].state == State::Active {
-                    let _ = work.send(w);
+                if self.machine.requeue(w.id) {
+                    let _ = self.work.send(w);
                 }
             }
             Event::Sent { id, chunk, hash, len, hash_only, resend } => {
-                let f = &mut files[id as usize];
-                if f.state == State::Finished {
-                    // A frame of a file that failed meanwhile: its state is gone; only the
-                    // bytes count.
-                    if !hash_only {
-                        Progress::add(&progress.bytes, len as u64);
-                    }
-                    continue;
-                }
                 if !hash_only {
                     Progress::add(&progress.bytes, len as u64);
-                    let mut mem = p.memory.lock().unwrap();
-                    let seen = mem.sent.entry(f.info.rel.clone()).or_insert_with(|| ChunkSet::new(f.chunks));
-                    if (seen.len() == f.chunks && !seen.insert(chunk)) || resend {
-                        Progress::add(&progress.chunks_resent, 1);
-                        Progress::add(&progress.bytes_resent, len as u64);
+                    // A frame of a file that failed meanwhile: its state is gone; only the
+                    // bytes count.
+                    if let Some(f) = self.machine.payload(id).filter(|_| self.machine.is_active(id)) {
+                        let chunks = chunk_count(f.size, self.p.options.chunk_size);
+                        let mut mem = self.p.memory.lock().unwrap();
+                        let seen = mem.sent.entry(f.rel.clone()).or_insert_with(|| ChunkSet::new(chunks));
+                        if (seen.len() == chunks && !seen.insert(chunk)) || resend {
+                            Progress::add(&progress.chunks_resent, 1);
+                            Progress::add(&progress.bytes_resent, len as u64);
+                        }
                     }
                 }
-                if f.chunks > 1 {
-                    f.hashes[chunk as usize] = Some(hash);
-                }
-                // Saturating: a hostile receiver's bogus resend requests must not wrap it.
-                f.outstanding = f.outstanding.saturating_sub(1);
-                // Every chunk hashed, too: bogus resend requests from a hostile receiver must not
-                // make the count reach zero early and the file hash read a missing one.
-                if f.outstanding == 0 && f.chunks > 1 && !f.end_sent && f.state == State::Active && f.hashes.iter().all(Option::is_some) {
-                    f.end_sent = true;
-                    let end = file_end(id, f);
-                    writer.send(&end)?;
-                    if let Control::FileError { side, message, .. } = end {
-                        progress.error(TransferError::file(side, f.info.path.display().to_string(), message));
-                        f.finish();
-                        unfinished -= 1;
-                        Progress::add(&progress.files_failed, 1);
-                    }
-                }
+                self.machine.chunk_sent(id, chunk, hash);
             }
-            Event::ReadFailed { id, error } => {
-                let f = &mut files[id as usize];
-                if f.state == State::Active {
-                    writer.send(&Control::FileError { id, side: Side::Source, message: error.message.clone() })?;
-                    f.finish();
-                    unfinished -= 1;
-                    Progress::add(&progress.files_failed, 1);
-                    progress.error(error);
-                }
-            }
-            Event::Ctrl(msg) => match msg {
-                Control::Want(list) => {
-                    for WantFile { id, ranges } in list {
-                        let Some(f) = files.get_mut(id as usize) else {
-                            return Err(peer_bug("want for an unknown file"));
-                        };
-                        // Wanted again once all of it was sent: the receiver starts the file over
-                        // after a whole-file mismatch (a leftover partial of an older version).
-                        let restart = f.state == State::Active && f.outstanding == 0;
-                        if !(f.state == State::Announced || restart) || f.kind != EntryKind::File {
-                            return Err(peer_bug("want for a file not waiting for data"));
-                        }
-                        f.end_sent = false;
-                        validate_ranges(&ranges, f.chunks).map_err(crate::control::proto_err)?;
-                        f.state = State::Active;
-                        if f.chunks > 1 {
-                            f.hashes = vec![None; f.chunks as usize];
-                        }
-                        let mut wanted = ChunkSet::new(f.chunks);
-                        for (start, count) in ranges {
-                            for c in start..start + count as u64 {
-                                if wanted.insert(c) {
-                                    f.outstanding += 1;
-                                    let _ = work.send(item(id, c, f, chunk_size, false));
-                                }
-                            }
-                        }
-                        // The file hash covers every chunk: hash locally the ones the receiver
-                        // already holds (a resumed file), without sending them.
-                        for c in 0..f.chunks {
-                            if !wanted.contains(c) {
-                                Progress::add(&progress.bytes_skipped, chunk_range(f.info.size, chunk_size, c).1 as u64);
-                                f.outstanding += 1;
-                                let _ = work.send(item(id, c, f, chunk_size, true));
-                            }
-                        }
-                    }
-                }
-                Control::Skip(list) => {
-                    for (id, _) in list {
-                        let Some(f) = files.get_mut(id as usize) else { return Err(peer_bug("skip for an unknown file")) };
-                        if f.state == State::Announced && f.kind == EntryKind::File {
-                            unfinished -= 1;
-                            Progress::add(&progress.bytes_skipped, f.info.size);
-                            let mut mem = p.memory.lock().unwrap();
-                            // Every chunk went out in an earlier attempt and the receiver now has
-                            // it whole: it landed from this run (its FileDone lost in the outage).
-                            if mem.sent.remove(&f.info.rel).is_some_and(|s| s.is_full()) {
-                                progress.landed(&f.info.rel, f.info.size);
-                            } else {
-                                Progress::add(&progress.files_skipped, 1);
-                                Progress::add(&progress.bytes_of_finished, f.info.size);
-                            }
-                            mem.finished.insert(&f.info.rel);
-                            drop(mem);
-                            f.finish();
-                        }
-                    }
-                }
-                Control::ChunkBad { id, chunk } => {
-                    let Some(f) = files.get_mut(id as usize) else { return Err(peer_bug("resend for an unknown file")) };
-                    if chunk >= f.chunks || f.state != State::Active {
-                        return Err(peer_bug("resend for a chunk not in flight"));
-                    }
-                    tracing::info!("chunk {chunk} of {} failed verification at the receiver; resending", String::from_utf8_lossy(&f.info.rel));
-                    f.outstanding += 1;
-                    let _ = work.send(item(id, chunk, f, chunk_size, false));
-                }
-                Control::RecordBad { index, seq } if repair.resets => {
-                    let (chunks, bytes) = resend_one(&repair, &mut files, work, index, seq)?;
-                    tracing::info!("data stream {index}: frame {seq} failed authentication at the receiver; sending it again");
-                    writer.send(&Control::Resending { index, chunks, bytes })?;
-                }
-                Control::StreamReset { index, received } if repair.resets => {
-                    let (chunks, bytes) = resend_lost(&mut repair, &mut files, work, index, received)?;
-                    tracing::info!("data stream {index} was reset by the receiver (a corrupted record); sending its {chunks} chunks in flight again");
-                    let _ = progress.streams.fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
-                    writer.send(&Control::Resending { index, chunks, bytes })?;
-                    if let Some(reopen) = repair.reopen.clone() {
-                        let (i, events) = (repair.next_index, repair.events.clone());
-                        repair.next_index += 1;
-                        thread::spawn(move || match reopen(i) {
-                            Ok(c) => {
-                                let _ = events.send(Event::NewStream(c));
-                            }
-                            Err(e) => {
-                                let _ = events.send(Event::StreamFailed(e));
-                            }
-                        });
-                    }
-                }
-                Control::FileDone(ids) => {
-                    for id in ids {
-                        let Some(f) = files.get_mut(id as usize) else { return Err(peer_bug("done for an unknown file")) };
-                        if f.state != State::Finished {
-                            unfinished -= 1;
-                            progress.landed(&f.info.rel, f.info.size);
-                            let mut mem = p.memory.lock().unwrap();
-                            // Done for good: what was sent of it no longer tells a resend.
-                            mem.sent.remove(&f.info.rel);
-                            mem.finished.insert(&f.info.rel);
-                            drop(mem);
-                            f.finish();
-                        }
-                    }
-                }
-                Control::FileError { id, side, message } => {
-                    let Some(f) = files.get_mut(id as usize) else { return Err(peer_bug("error for an unknown file")) };
-                    let path = String::from_utf8_lossy(&f.info.rel).into_owned();
-                    progress.error(TransferError::file(side, path, message));
-                    if f.state != State::Finished {
-                        f.finish();
-                        unfinished -= 1;
-                        Progress::add(&progress.files_failed, 1);
-                    }
-                }
-                Control::Plan { action, path } => {
-                    let verb = match action {
-                        tern_proto::msg::PlanAction::Copy => "copy",
-                        tern_proto::msg::PlanAction::Skip => "skip",
-                        tern_proto::msg::PlanAction::Delete => "delete",
-                    };
-                    progress.plan.lock().unwrap().push(format!("{verb} {}", String::from_utf8_lossy(&path)));
-                }
-                Control::Summary(s) => {
-                    progress.deleted.store(s.deleted, Relaxed);
-                    summary = Some(s);
-                }
-                Control::Fatal { side, message } => return Err(TransferError::fatal(side, message)),
-                Control::Bye => return Err(TransferError::network("the receiver ended the session early")),
-                _ => return Err(peer_bug("unexpected message for the sending side")),
-            },
+            Event::ReadFailed { id, error } => self.machine.read_failed(id, read_trouble(error.kind, &error.message), error.message),
+            Event::Ctrl(msg) => self.control(msg)?,
         }
+        Ok(())
+    }
+
+    /// The receiver's control messages.
+    fn control(&mut self, msg: Control) -> Result<(), TransferError> {
+        let progress = &self.p.progress;
+        match msg {
+            Control::Want(list) => {
+                for WantFile { id, ranges } in list {
+                    self.machine.want(id, &ranges).map_err(|r| refused(r, "want"))?;
+                }
+            }
+            Control::Skip(list) => {
+                for (id, _) in list {
+                    self.machine.skip(id).map_err(|r| refused(r, "skip"))?;
+                }
+            }
+            Control::ChunkBad { id, chunk } => {
+                self.machine.ask_again(id, chunk).map_err(|r| refused(r, "resend"))?;
+                if let Some(f) = self.machine.payload(id).filter(|_| self.machine.is_active(id)) {
+                    tracing::info!("chunk {chunk} of {} failed verification at the receiver; resending", String::from_utf8_lossy(&f.rel));
+                }
+            }
+            Control::RecordBad { index, seq } if self.repair.resets => {
+                let (chunks, bytes) = resend_one(&self.repair, &mut self.machine, index, seq)?;
+                tracing::info!("data stream {index}: frame {seq} failed authentication at the receiver; sending it again");
+                // The chunks are queued before the receiver hears they are coming.
+                self.queue_reads()?;
+                self.writer.send(&Control::Resending { index, chunks, bytes })?;
+            }
+            Control::StreamReset { index, received } if self.repair.resets => {
+                let (chunks, bytes) = resend_lost(&mut self.repair, &mut self.machine, index, received)?;
+                tracing::info!("data stream {index} was reset by the receiver (a corrupted record); sending its {chunks} chunks in flight again");
+                let _ = progress.streams.fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
+                self.queue_reads()?;
+                self.writer.send(&Control::Resending { index, chunks, bytes })?;
+                if let Some(reopen) = self.repair.reopen.clone() {
+                    let (i, events) = (self.repair.next_index, self.repair.events.clone());
+                    self.repair.next_index += 1;
+                    thread::spawn(move || match reopen(i) {
+                        Ok(c) => {
+                            let _ = events.send(Event::NewStream(c));
+                        }
+                        Err(e) => {
+                            let _ = events.send(Event::StreamFailed(e));
+                        }
+                    });
+                }
+            }
+            Control::FileDone(ids) => {
+                for id in ids {
+                    self.machine.file_done(id).map_err(|r| refused(r, "done"))?;
+                }
+            }
+            Control::FileError { id, side, message } => self.machine.peer_failed(id, side, message).map_err(|r| refused(r, "error"))?,
+            Control::Plan { action, path } => {
+                let verb = match action {
+                    tern_proto::msg::PlanAction::Copy => "copy",
+                    tern_proto::msg::PlanAction::Skip => "skip",
+                    tern_proto::msg::PlanAction::Delete => "delete",
+                };
+                progress.plan.lock().unwrap().push(format!("{verb} {}", String::from_utf8_lossy(&path)));
+            }
+            Control::Summary(s) => {
+                progress.deleted.store(s.deleted, Relaxed);
+                self.summary = Some(s);
+                self.machine.summary();
+            }
+            Control::Fatal { side, message } => return Err(TransferError::fatal(side, message)),
+            Control::Bye => self.machine.peer_ended(),
+            _ => return Err(peer_bug("unexpected message for the sending side")),
+        }
+        Ok(())
+    }
+
+    /// Executes the machine's actions until it has none; `Some(summary)` when the session is
+    /// finished.
+    fn drive(&mut self) -> Result<Option<Summary>, TransferError> {
+        use tern_proto::session::sender::{Action, StopReason};
+        while let Some(action) = self.machine.poll_action() {
+            match action {
+                Action::Read(r) => self.read(r),
+                Action::FileEnd { id, file_hash } => self.file_end(id, file_hash)?,
+                Action::Done { id, payload, outcome } => self.done(id, &payload, outcome)?,
+                Action::PeerError { id, side, message } => {
+                    let path = self.machine.payload(id).map(|f| String::from_utf8_lossy(&f.rel).into_owned()).unwrap_or_default();
+                    self.p.progress.error(TransferError::file(side, path, message));
+                }
+                Action::Finish => return Ok(Some(self.summary.take().expect("the machine finishes after the summary"))),
+                Action::Stop(StopReason::PeerEnded) => return Err(TransferError::network("the receiver ended the session early")),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Executes the reads queued so far (and whatever else the machine has to say first).
+    fn queue_reads(&mut self) -> Result<(), TransferError> {
+        match self.drive()? {
+            None => Ok(()),
+            Some(_) => unreachable!("a session with chunks to resend is not finished"),
+        }
+    }
+
+    fn read(&self, r: tern_proto::session::sender::Read) {
+        let Some(file) = self.machine.payload(r.id).cloned() else { return };
+        if r.hash_only {
+            Progress::add(&self.p.progress.bytes_skipped, r.len as u64);
+        }
+        let _ = self.work.send(Work { id: r.id, chunk: r.chunk, offset: r.offset, len: r.len, whole: r.whole, hash_only: r.hash_only, resend: r.resend, file });
+    }
+
+    /// Every chunk went out: `FileEnd`, or a source error if the file changed while it was read.
+    fn file_end(&mut self, id: u64, file_hash: [u8; 32]) -> Result<(), TransferError> {
+        use tern_proto::session::sender::ReadTrouble;
+        let f = self.machine.payload(id).expect("FileEnd for a file held").clone();
+        match std::fs::symlink_metadata(&f.path) {
+            Ok(md) if md.size() == f.size && md.mtime() == f.mtime_s && md.mtime_nsec() as u32 == f.mtime_ns => {
+                self.writer.send(&Control::FileEnd { id, file_hash, size: f.size, mtime_s: f.mtime_s, mtime_ns: f.mtime_ns })?;
+            }
+            Ok(_) => self.machine.read_failed(id, ReadTrouble::Changed, CHANGED.into()),
+            Err(e) => self.machine.read_failed(id, ReadTrouble::Other, format!("cannot stat after reading: {}", err_text(&e))),
+        }
+        Ok(())
+    }
+
+    /// A file finished: what the user sees of it, and what the next attempt of this run skips.
+    fn done(&mut self, id: u64, f: &SrcInfo, outcome: tern_proto::session::sender::Outcome) -> Result<(), TransferError> {
+        use tern_proto::session::sender::Outcome;
+        let progress = &self.p.progress;
+        // The stream logs drop its frames.
+        f.finished.store(true, Relaxed);
+        match outcome {
+            Outcome::Landed => {
+                progress.landed(&f.rel, f.size);
+                let mut mem = self.p.memory.lock().unwrap();
+                // Done for good: what was sent of it no longer tells a resend.
+                mem.sent.remove(&f.rel);
+                mem.finished.insert(&f.rel);
+            }
+            Outcome::Skipped => {
+                Progress::add(&progress.bytes_skipped, f.size);
+                let mut mem = self.p.memory.lock().unwrap();
+                // Every chunk went out in an earlier attempt and the receiver now has it
+                // whole: it landed from this run (its FileDone lost in the outage).
+                if mem.sent.remove(&f.rel).is_some_and(|s| s.is_full()) {
+                    progress.landed(&f.rel, f.size);
+                } else {
+                    Progress::add(&progress.files_skipped, 1);
+                    Progress::add(&progress.bytes_of_finished, f.size);
+                }
+                mem.finished.insert(&f.rel);
+            }
+            Outcome::Failed { side, trouble, message, tell_peer: true } => {
+                self.writer.send(&Control::FileError { id, side, message: message.clone() })?;
+                progress.error(TransferError::file(side, f.path.display().to_string(), message).with_kind(error_kind(trouble)));
+                Progress::add(&progress.files_failed, 1);
+            }
+            Outcome::Failed { side, message, tell_peer: false, .. } => {
+                progress.error(TransferError::file(side, String::from_utf8_lossy(&f.rel).into_owned(), message));
+                Progress::add(&progress.files_failed, 1);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A read failure's kind, for the machine (and back, for the report).
+fn read_trouble(kind: ErrorKind, message: &str) -> tern_proto::session::sender::ReadTrouble {
+    use tern_proto::session::sender::ReadTrouble;
+    match kind {
+        _ if message == CHANGED => ReadTrouble::Changed,
+        ErrorKind::NotFound => ReadTrouble::NotFound,
+        ErrorKind::PermissionDenied => ReadTrouble::PermissionDenied,
+        ErrorKind::ResourceLimit => ReadTrouble::ResourceLimit,
+        _ => ReadTrouble::Other,
+    }
+}
+
+fn error_kind(trouble: tern_proto::session::sender::ReadTrouble) -> ErrorKind {
+    use tern_proto::session::sender::ReadTrouble;
+    match trouble {
+        ReadTrouble::NotFound => ErrorKind::NotFound,
+        ReadTrouble::PermissionDenied => ErrorKind::PermissionDenied,
+        ReadTrouble::ResourceLimit => ErrorKind::ResourceLimit,
+        ReadTrouble::Changed | ReadTrouble::Other => ErrorKind::Other,
     }
 }
 
@@ -585,10 +591,21 @@ fn peer_bug(what: &str) -> TransferError {
     TransferError::fatal(Side::Network, format!("protocol error from the receiver: {what}"))
 }
 
+/// The machine refused the receiver's `what` (want, skip, resend, done, error) as impossible.
+fn refused(r: tern_proto::session::sender::Refused, what: &str) -> TransferError {
+    use tern_proto::session::sender::Refused;
+    match r {
+        Refused::BadRanges(e) => crate::control::proto_err(e),
+        Refused::UnknownFile => peer_bug(&format!("{what} for an unknown file")),
+        Refused::NotAFile | Refused::NotWaiting => peer_bug(&format!("{what} for a file not waiting for data")),
+        Refused::ChunkOutOfRange | Refused::NotInFlight => peer_bug(&format!("{what} for a chunk not in flight")),
+    }
+}
+
 /// The receiver skipped frame `seq` of stream `index` (it failed authentication): queue its chunk
 /// again. Its `Sent` was or will be reported (the receiver read the whole frame, and a later
 /// reset of the stream starts past it), so, as for `ChunkBad`, it is counted in once more.
-fn resend_one(repair: &Repair, files: &mut [FileState], work: &Sender<Work>, index: u32, seq: u64) -> Result<(u64, u64), TransferError> {
+fn resend_one(repair: &Repair, machine: &mut Machine, index: u32, seq: u64) -> Result<(u64, u64), TransferError> {
     let Some(log) = repair.logs.lock().unwrap().get(&index).cloned() else { return Err(peer_bug("bad record on a data stream that does not exist")) };
     let w = {
         let st = log.state.lock().unwrap();
@@ -604,20 +621,16 @@ fn resend_one(repair: &Repair, files: &mut [FileState], work: &Sender<Work>, ind
             Err(_) => return Ok((0, 0)),
         }
     };
-    let f = &mut files[w.id as usize];
-    if f.state != State::Active {
+    if !machine.resend(w.id, w.chunk, true) {
         return Ok((0, 0));
     }
-    f.outstanding += 1;
-    let len = w.len as u64;
-    let _ = work.send(Work { resend: true, ..w });
-    Ok((1, len))
+    Ok((1, w.len as u64))
 }
 
 /// The receiver reset stream `index` after accepting `received` of its frames: close it and
 /// queue again what it wrote after those, for files not finished. Returns (chunks, bytes).
 /// They count as resends when sent (`Sent { resend }`).
-fn resend_lost(repair: &mut Repair, files: &mut [FileState], work: &Sender<Work>, index: u32, received: u64) -> Result<(u64, u64), TransferError> {
+fn resend_lost(repair: &mut Repair, machine: &mut Machine, index: u32, received: u64) -> Result<(u64, u64), TransferError> {
     let Some(log) = repair.logs.lock().unwrap().remove(&index) else { return Err(peer_bug("reset of a data stream that does not exist")) };
     let lost: Vec<(u64, Work, bool)> = {
         let mut st = log.state.lock().unwrap();
@@ -635,37 +648,14 @@ fn resend_lost(repair: &mut Repair, files: &mut [FileState], work: &Sender<Work>
     log.closer.close();
     let (mut chunks, mut bytes) = (0, 0);
     for (_, w, reported) in lost {
-        let f = &mut files[w.id as usize];
-        if f.state != State::Active {
-            continue;
-        }
         // Its `Sent` already counted it out; one not reported never will be (the worker saw the
         // reset), so it is still counted in.
-        if reported {
-            f.outstanding += 1;
+        if machine.resend(w.id, w.chunk, reported) {
+            chunks += 1;
+            bytes += w.len as u64;
         }
-        chunks += 1;
-        bytes += w.len as u64;
-        let _ = work.send(Work { resend: true, ..w });
     }
     Ok((chunks, bytes))
-}
-
-fn item(id: u64, chunk: u64, f: &FileState, chunk_size: u32, hash_only: bool) -> Work {
-    let (offset, len) = chunk_range(f.info.size, chunk_size, chunk);
-    Work { id, chunk, offset, len, whole: f.chunks == 1, hash_only, resend: false, file: f.info.clone() }
-}
-
-/// `FileEnd`, or a source error if the file changed while it was read.
-fn file_end(id: u64, f: &FileState) -> Control {
-    match std::fs::symlink_metadata(&f.info.path) {
-        Ok(md) if md.size() == f.info.size && md.mtime() == f.info.mtime_s && md.mtime_nsec() as u32 == f.info.mtime_ns => {
-            let hashes: Vec<[u8; 32]> = f.hashes.iter().map(|h| h.expect("every chunk hashed")).collect();
-            Control::FileEnd { id, file_hash: file_hash(f.info.size, &hashes), size: f.info.size, mtime_s: f.info.mtime_s, mtime_ns: f.info.mtime_ns }
-        }
-        Ok(_) => Control::FileError { id, side: Side::Source, message: CHANGED.into() },
-        Err(e) => Control::FileError { id, side: Side::Source, message: format!("cannot stat after reading: {}", err_text(&e)) },
-    }
 }
 
 /// An upper bound on an entry's encoded size in an `Entries` message (path, link target and

@@ -201,6 +201,41 @@ fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     }
     add("wire_paths", "long", [&[0u8][..], &b"ab/".repeat(1366)].concat());
     add("wire_paths", "dotdot-only", b"\x02..".to_vec());
+
+    // session_machines: window and walk bytes, then operations of 4 bytes (id, number, hash
+    // byte, opcode), each machine's answers reading more bytes as they need them.
+    let op = |id: u8, n: u8, h: u8, code: u8| [id, n, h, code];
+    let ops = |list: &[[u8; 4]]| list.concat();
+    let walk_and_send =
+        ops(&[op(0, 3, 0, 0), op(0, 0, 0, 1), op(0, 1, 0, 0), op(0, 0, 0, 2), op(0, 2, 0, 3), op(0, 0, 1, 9), op(0, 0, 2, 9), op(0, 0, 3, 9), op(0, 0, 0, 6), op(2, 0, 0, 6), op(0, 0, 0, 11)]);
+    add("session_machines", "walk-want-send-done", [&[4, 200, 3][..], &walk_and_send].concat());
+    add("session_machines", "unknown-ids", [&[1, 1, 1][..], &ops(&[op(9, 1, 0, 3), op(9, 0, 0, 4), op(9, 0, 0, 5), op(9, 0, 0, 6), op(9, 0, 0, 7), op(0xff, 0, 0, 6)])].concat());
+    add("session_machines", "want-a-directory", [&[2, 9, 9][..], &ops(&[op(0, 0, 0, 1), op(0, 1, 0, 3), op(0, 0, 0, 4)])].concat());
+    add("session_machines", "ranges-out-of-file", [&[2, 9, 9][..], &ops(&[op(0, 2, 0, 0), op(0, 3, 0, 3), 0xffu32.to_le_bytes(), op(0, 0xff, 0, 4)])].concat());
+    add(
+        "session_machines",
+        "resend-and-restart",
+        [
+            &[2, 9, 9][..],
+            &ops(&[op(0, 4, 0, 0), op(0, 1, 0, 3), op(0, 4, 0, 9), op(0, 0, 0, 9), op(0, 0, 0, 9), op(0, 0, 0, 9), op(0, 0, 0, 9), op(0, 0, 0, 8), op(0, 1, 0, 3), op(0, 1, 0, 8), op(0, 0, 0, 10)]),
+        ]
+        .concat(),
+    );
+    add(
+        "session_machines",
+        "read-fails-then-stale-news",
+        [&[2, 9, 9][..], &ops(&[op(0, 2, 0, 0), op(0, 1, 0, 3), op(0, 0, 0, 10), op(0, 0, 0, 4), op(0, 1, 0, 3), op(0, 0, 0, 6), op(0, 0, 0, 7)])].concat(),
+    );
+    add("session_machines", "goodbye-early", [&[2, 9, 9][..], &ops(&[op(0, 2, 0, 0), op(0, 0, 0, 11), op(0, 0, 0, 12), op(0, 0, 0, 6)])].concat());
+    let receive = ops(&[op(0, 3, 0, 13), op(0, 1, 0, 13), op(0, 0, 0, 14), op(0, 0, 5, 15), op(0, 1, 5, 15), op(0, 2, 5, 15), op(0, 2, 5, 17), op(1, 0, 2, 15), op(0, 0, 0, 20), op(0, 0, 0, 20)]);
+    add("session_machines", "receive-finalize", [&[1, 255, 7][..], &receive].concat());
+    add(
+        "session_machines",
+        "receive-hostile",
+        [&[1, 1, 0][..], &ops(&[op(7, 0, 0, 15), op(0, 0, 0, 13), op(0, 9, 0, 15), op(0xff, 0, 0, 17), op(0, 0, 0, 16), op(0, 0, 0, 18), op(0, 0, 0, 19)])].concat(),
+    );
+    add("session_machines", "receive-mismatch-and-no-space", [&[1, 255, 3][..], &ops(&[op(0, 1, 0, 13), op(0, 0, 9, 15), op(0, 0, 0, 21), op(0, 0, 9, 15), op(0, 0, 0, 21)])].concat());
+    add("session_machines", "empty", Vec::new());
     out
 }
 

@@ -3,11 +3,13 @@
 //! A driver (in `tern-engine`) feeds a machine what happened — a control message, a chunk that
 //! was stored and verified, a store's answer, a failure with its kind — and executes the
 //! [`receiver::Action`]s it polls out: set up a file's part, ask for chunks, finalize, publish,
-//! report. The machine never touches a file, a socket or a clock, so unit tests and the
+//! report; on the other side, the [`sender::Action`]s: read and send (or only hash) a chunk,
+//! send a file's end, report a file done, skipped or failed, finish. The machine never touches a file, a socket or a clock, so unit tests and the
 //! deterministic simulation (`sim.rs`, test-only) drive it exactly as the engine does, a
 //! thousand times faster than processes and with every fault reproducible from a seed.
 
 pub mod receiver;
+pub mod sender;
 #[cfg(test)]
 mod sim;
 

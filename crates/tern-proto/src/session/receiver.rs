@@ -199,6 +199,10 @@ impl<T> Receiver<T> {
         let f = self.files.get_mut(&id).expect("a file being prepared is held");
         debug_assert_eq!(f.state, State::Preparing);
         let mut assembly = Assembly::new(f.spec.size, chunk_size);
+        let mut resumed = resumed.into_iter().peekable();
+        // Its hash comes only with its frame (the sender sends no FileEnd for a one-chunk
+        // file): resumed, it would wait for ever.
+        debug_assert!(assembly.chunks() > 1 || resumed.peek().is_none(), "file {id}: a one-chunk file resumed");
         for (index, hash) in resumed {
             assert!(index < assembly.chunks(), "the store resumed chunk {index} of a {}-chunk file", assembly.chunks());
             let _ = assembly.record(index, hash);

@@ -1,19 +1,29 @@
-//! A deterministic simulation of whole transfers through the receiving machine.
+//! A deterministic simulation of whole transfers through both session machines.
 //!
 //! One seed decides everything: the tree (files of a few tiny chunks), a link whose data
 //! streams delay, reorder, duplicate and corrupt chunks, a source that changes under the
-//! transfer, a store that loses what no barrier made durable when the power goes, and sessions
-//! cut or killed at random moments and run again, as a user re-runs the same command. The
-//! sender is modelled as the protocol says it behaves (docs/protocol.md); the receiving
-//! machine is the one the engine runs. After every step the invariants of ARCHITECTURE.md are
-//! checked:
+//! transfer and whose reads sometimes fail, a store that loses what no barrier made durable
+//! when the power goes, and sessions cut or killed at random moments and run again, as a user
+//! re-runs the same command. Both sides are the machines the engine runs: the sending machine
+//! (`sender.rs`, its walk held to a random number of files ahead, its reads answered later by
+//! modelled stream workers that read the source as it is then) and the receiving machine
+//! (`receiver.rs`), joined by an ordered control channel. After every step the invariants of
+//! ARCHITECTURE.md are checked:
 //!
 //! 1. nothing is published before every chunk is verified and the whole-file hash matched the
 //!    source's: what lands under a final name is exactly a version of the source file;
 //! 2. the window is never exceeded (files in flight, and bytes beyond one file's worth);
-//! 3. after a crash and resume, no chunk the store proves it holds is asked for again;
-//! 4. a file is reported landed only when it is under its final name, durable;
-//! 5. in the end (faults stop after some sessions) every file landed, at its latest version.
+//! 3. after a crash and resume, no chunk the store proves it holds is asked for again, nor
+//!    sent again by the sender;
+//! 4. a file is reported landed only when it is under its final name, durable; the sender
+//!    reports a file landed only after the receiver's `FileDone`, skipped only after its `Skip`,
+//!    and finishes the session only after the receiver finished;
+//! 5. a `FileEnd` carries the hash of the walked version (the sender checks the source did
+//!    not change first);
+//! 6. neither machine refuses what the other may legitimately send (a refusal ends a real
+//!    session with a protocol error), and both keep their own bookkeeping
+//!    (`check_invariants`);
+//! 7. in the end (faults stop after some sessions) every file landed, at its latest version.
 //!
 //! `cargo test -p tern-proto sim` runs 10,000 seeds; `TERN_SIM_SEEDS=N` is not read here
 //! (tern-proto reads no environment): change `SEEDS` locally to explore more.
@@ -22,6 +32,7 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 
 use super::Trouble;
 use super::receiver::{Action, FileSpec, Outcome, Receiver, Window};
+use super::sender::{Action as SendAction, Outcome as SendOutcome, Read, ReadTrouble, Sender};
 use crate::chunk::{chunk_count, chunk_range, file_hash};
 use crate::msg::WantFile;
 
@@ -68,9 +79,6 @@ impl Source {
     }
     fn mtime(&self, id: usize) -> (i64, u32) {
         (1_700_000_000 + i64::from(self.versions[id]), 0)
-    }
-    fn spec(&self, id: usize) -> FileSpec {
-        FileSpec { id: id as u64, size: self.sizes[id], mtime: self.mtime(id) }
     }
     fn file_hash(&self, id: usize, version: u32) -> [u8; 32] {
         let n = chunk_count(self.sizes[id], CHUNK);
@@ -130,29 +138,73 @@ impl Store {
 
 #[derive(Debug)]
 enum Event {
+    /// The sender's `Entries`: a walked file, at the version it had when walked.
+    Entry {
+        id: usize,
+        version: u32,
+    },
+    /// The sender's `ManifestEnd`.
+    ManifestEnd,
+    /// A stream worker takes a queued read: it reads the source as it is now.
+    ReadDone(Read),
     /// A chunk on a data stream reaches the receiver (`corrupt`: the chunk check fails).
     /// `whole`: a one-chunk file's only chunk, read while the file still had its announced
     /// size and mtime (the sender checks), so its hash is the file's.
-    Chunk { id: usize, index: u64, data: Vec<u8>, corrupt: bool, whole: bool },
+    Chunk {
+        id: usize,
+        index: u64,
+        data: Vec<u8>,
+        corrupt: bool,
+        whole: bool,
+    },
     /// The sender's `FileEnd`, on the control channel.
-    FileEnd { id: usize, hash: [u8; 32], size: u64, mtime: (i64, u32) },
-    /// The sender's `Want` handling: the files and ranges reach the sender.
+    FileEnd {
+        id: usize,
+        hash: [u8; 32],
+        size: u64,
+        mtime: (i64, u32),
+    },
+    /// The sender's `FileError`: it could not read the file.
+    SenderFailed {
+        id: usize,
+    },
+    /// The receiver's `Want` reaches the sender.
     Want(Vec<WantFile>),
+    /// The receiver's `Skip`: the file is there already, identical.
+    Skip {
+        id: usize,
+    },
     /// A stream reset at the sender: the frames in flight on it are read again and resent,
     /// so the receiver may get a chunk twice, the second copy read later from the source.
-    Reread { id: usize, index: u64 },
+    Reread {
+        id: usize,
+        index: u64,
+    },
     /// The receiver's `ChunkBad` reaches the sender.
-    ChunkBad { id: usize, index: u64 },
+    ChunkBad {
+        id: usize,
+        index: u64,
+    },
+    /// The receiver's `FileDone` / `FileError` reach the sender.
+    FileDone {
+        id: usize,
+    },
+    ReceiverFailed {
+        id: usize,
+    },
+    /// The receiver's `Summary`: every file is settled on its side.
+    Summary,
     /// The finalizer's batch: barrier, then publish each.
     Finalize(Vec<(usize, [u8; 32])>),
 }
 
-/// A session of one run: the machine, its in-flight events and the sender's view.
+/// A session of one run: both machines, their in-flight events and what each side was told.
 struct Session<'a> {
     rng: &'a mut Rng,
     src: &'a mut Source,
     store: &'a mut Store,
     machine: Receiver<usize>,
+    sender: Sender<usize>,
     window: Window,
     now: u64,
     seq: u64,
@@ -161,15 +213,23 @@ struct Session<'a> {
     events: HashMap<u64, Event>,
     /// Control messages keep their order: each is sent no earlier than the one before.
     control_at: u64,
-    /// The version each announced file had when this session announced it.
+    /// Files walked so far (the walk is held to the sender's files ahead).
+    walked: usize,
+    /// The version each file had when this session's walk met it.
+    walked_version: HashMap<usize, u32>,
+    /// The version each file the receiver took had when announced (the receiver's view).
     announced: HashMap<usize, u32>,
-    /// Chunks the store proved at Prepare, per file: never wanted in the same attempt.
+    /// Chunks the store proved at Prepare, per file: never wanted, never sent, in the same attempt.
     proven: HashMap<usize, HashSet<u64>>,
-    /// Versions the sender is sending, per file (the source may change meanwhile).
     faulty: bool,
     largest: u64,
+    /// Files the receiver reported landed, and skipped, this session.
     landed: HashSet<usize>,
+    skipped: HashSet<usize>,
     finalizing: Vec<(usize, [u8; 32])>,
+    summary_sent: bool,
+    /// The sender finished the session (its `Bye`).
+    finished: bool,
 }
 
 impl Session<'_> {
@@ -185,67 +245,157 @@ impl Session<'_> {
         self.at(at, ev);
     }
 
-    /// Runs the machine's actions, checking the invariants after each.
-    fn drive(&mut self) -> Result<(), &'static str> {
-        while let Some(action) = self.machine.poll_action() {
-            match action {
-                Action::Prepare { id, start_over } => self.prepare(id as usize, start_over),
-                Action::Want(files) => {
-                    for w in &files {
-                        let proven = self.proven.get(&(w.id as usize)).cloned().unwrap_or_default();
-                        for &(start, count) in &w.ranges {
-                            for i in start..start + u64::from(count) {
-                                assert!(!proven.contains(&i), "invariant 3: chunk {i} of file {} wanted although the store proved it holds it", w.id);
-                            }
-                        }
-                    }
-                    let delay = 5 + self.rng.below(5);
-                    self.at(delay, Event::Want(files));
-                }
-                Action::AskAgain { id, chunk } => self.control(Event::ChunkBad { id: id as usize, index: chunk }),
-                Action::Finalize { id, file_hash: h, more_coming: _ } => {
-                    let id = id as usize;
-                    let version = self.announced[&id];
-                    assert_eq!(h, self.src.file_hash(id, version), "invariant 1: file {id} finalized with a hash that is not its announced version's");
-                    let part = self.store.parts.get(&id).expect("a finalized file has its part");
-                    let n = chunk_count(self.src.sizes[id], CHUNK);
-                    for i in 0..n {
-                        let have = part.data.get(&i).map(|k| &k.value);
-                        assert_eq!(have, Some(&self.src.chunk(id, version, i)), "invariant 1: file {id} finalized but chunk {i} in store is not the source's");
-                    }
-                    self.finalizing.push((id, h));
-                    if self.finalizing.len() >= 3 || self.rng.chance(500) {
-                        let batch = std::mem::take(&mut self.finalizing);
-                        let delay = 1 + self.rng.below(20);
-                        self.at(delay, Event::Finalize(batch));
-                    }
-                }
-                Action::Abandon { id } => {
-                    self.store.parts.remove(&(id as usize));
-                }
-                Action::Done { id, payload, outcome } => {
-                    assert_eq!(id as usize, payload);
-                    if outcome == Outcome::Landed {
-                        let want = self.src.content(payload, self.announced[&payload]);
-                        let have = self.store.finals.get(&payload).expect("invariant 4: landed but nothing under the final name");
-                        assert!(have.durable, "invariant 4: landed before durable");
-                        assert_eq!(have.value, want, "invariant 1/4: file {payload} landed with other bytes than its announced version");
-                        self.landed.insert(payload);
-                    }
-                }
-                Action::Wait(pause) => self.now += pause.as_millis() as u64,
-                Action::Throttled { .. } => {}
-                Action::Stop { .. } => return Err("stopped"),
+    /// The walk: announces files while the sender lets it run ahead, then the manifest's end.
+    fn walk(&mut self) {
+        let files = self.src.sizes.len();
+        while self.walked < files && self.sender.may_announce() {
+            let id = self.walked;
+            self.walked += 1;
+            let version = self.src.versions[id];
+            self.walked_version.insert(id, version);
+            self.sender.announce_file(id as u64, self.src.sizes[id], id);
+            self.control(Event::Entry { id, version });
+            if self.walked == files {
+                self.sender.walk_done();
+                self.control(Event::ManifestEnd);
             }
-            self.machine.check_invariants();
-            let (bytes, files) = self.machine.in_flight();
-            assert!(files <= self.window.files, "invariant 2: {files} files in flight, window {}", self.window.files);
-            assert!(bytes < self.window.bytes + self.largest.max(1), "invariant 2: {bytes} bytes outstanding, window {}", self.window.bytes);
+        }
+    }
+
+    /// Runs both machines' actions until neither has any, checking the invariants after each.
+    fn drive(&mut self) -> Result<(), &'static str> {
+        loop {
+            let mut idle = true;
+            while let Some(action) = self.machine.poll_action() {
+                idle = false;
+                self.receiver_action(action)?;
+                self.check();
+            }
+            if self.machine.is_finished() && !self.summary_sent {
+                self.summary_sent = true;
+                self.control(Event::Summary);
+            }
+            while let Some(action) = self.sender.poll_action() {
+                idle = false;
+                self.sender_action(action)?;
+                self.check();
+            }
+            self.walk();
+            if idle {
+                break;
+            }
         }
         if !self.finalizing.is_empty() {
             // Nothing more arrives before this batch: the finalizer does not wait (more_coming).
             let batch = std::mem::take(&mut self.finalizing);
             self.at(1, Event::Finalize(batch));
+        }
+        Ok(())
+    }
+
+    fn check(&self) {
+        self.machine.check_invariants();
+        self.sender.check_invariants();
+        let (bytes, files) = self.machine.in_flight();
+        assert!(files <= self.window.files, "invariant 2: {files} files in flight, window {}", self.window.files);
+        assert!(bytes < self.window.bytes + self.largest.max(1), "invariant 2: {bytes} bytes outstanding, window {}", self.window.bytes);
+    }
+
+    fn receiver_action(&mut self, action: Action<usize>) -> Result<(), &'static str> {
+        match action {
+            Action::Prepare { id, start_over } => self.prepare(id as usize, start_over),
+            Action::Want(files) => {
+                for w in &files {
+                    let proven = self.proven.get(&(w.id as usize)).cloned().unwrap_or_default();
+                    for &(start, count) in &w.ranges {
+                        for i in start..start + u64::from(count) {
+                            assert!(!proven.contains(&i), "invariant 3: chunk {i} of file {} wanted although the store proved it holds it", w.id);
+                        }
+                    }
+                }
+                self.control(Event::Want(files));
+            }
+            Action::AskAgain { id, chunk } => self.control(Event::ChunkBad { id: id as usize, index: chunk }),
+            Action::Finalize { id, file_hash: h, more_coming: _ } => {
+                let id = id as usize;
+                let version = self.announced[&id];
+                assert_eq!(h, self.src.file_hash(id, version), "invariant 1: file {id} finalized with a hash that is not its announced version's");
+                let part = self.store.parts.get(&id).expect("a finalized file has its part");
+                let n = chunk_count(self.src.sizes[id], CHUNK);
+                for i in 0..n {
+                    let have = part.data.get(&i).map(|k| &k.value);
+                    assert_eq!(have, Some(&self.src.chunk(id, version, i)), "invariant 1: file {id} finalized but chunk {i} in store is not the source's");
+                }
+                self.finalizing.push((id, h));
+                if self.finalizing.len() >= 3 || self.rng.chance(500) {
+                    let batch = std::mem::take(&mut self.finalizing);
+                    let delay = 1 + self.rng.below(20);
+                    self.at(delay, Event::Finalize(batch));
+                }
+            }
+            Action::Abandon { id } => {
+                self.store.parts.remove(&(id as usize));
+            }
+            Action::Done { id, payload, outcome } => {
+                assert_eq!(id as usize, payload);
+                match outcome {
+                    Outcome::Landed => {
+                        let want = self.src.content(payload, self.announced[&payload]);
+                        let have = self.store.finals.get(&payload).expect("invariant 4: landed but nothing under the final name");
+                        assert!(have.durable, "invariant 4: landed before durable");
+                        assert_eq!(have.value, want, "invariant 1/4: file {payload} landed with other bytes than its announced version");
+                        self.landed.insert(payload);
+                        self.control(Event::FileDone { id: payload });
+                    }
+                    Outcome::Failed { tell_peer: true, .. } => self.control(Event::ReceiverFailed { id: payload }),
+                    Outcome::Failed { tell_peer: false, .. } => {}
+                }
+            }
+            Action::Wait(pause) => self.now += pause.as_millis() as u64,
+            Action::Throttled { .. } => {}
+            Action::Stop { .. } => return Err("stopped"),
+        }
+        Ok(())
+    }
+
+    fn sender_action(&mut self, action: SendAction<usize>) -> Result<(), &'static str> {
+        match action {
+            SendAction::Read(r) => {
+                let id = r.id as usize;
+                if !r.hash_only {
+                    let proven = self.proven.get(&id);
+                    assert!(!proven.is_some_and(|p| p.contains(&r.chunk)), "sender: chunk {} of file {id} sent although the receiver's store proved it holds it", r.chunk);
+                }
+                // A stream worker takes it later.
+                let delay = 1 + self.rng.below(10);
+                self.at(delay, Event::ReadDone(r));
+            }
+            SendAction::FileEnd { id, file_hash: h } => {
+                let id = id as usize;
+                let version = self.walked_version[&id];
+                if self.src.versions[id] != version {
+                    self.sender.read_failed(id as u64, ReadTrouble::Changed, "changed".into());
+                } else {
+                    assert_eq!(h, self.src.file_hash(id, version), "sender: FileEnd's hash is not the walked version's");
+                    let (size, mtime) = (self.src.sizes[id], self.src.mtime(id));
+                    self.control(Event::FileEnd { id, hash: h, size, mtime });
+                }
+            }
+            SendAction::Done { id, payload, outcome } => {
+                assert_eq!(id as usize, payload);
+                match outcome {
+                    SendOutcome::Landed => assert!(self.landed.contains(&payload), "sender: file {payload} reported landed before the receiver's FileDone"),
+                    SendOutcome::Skipped => assert!(self.skipped.contains(&payload), "sender: file {payload} reported skipped but the receiver did not skip it"),
+                    SendOutcome::Failed { tell_peer: true, .. } => self.control(Event::SenderFailed { id: payload }),
+                    SendOutcome::Failed { tell_peer: false, .. } => {}
+                }
+            }
+            SendAction::PeerError { .. } => {}
+            SendAction::Finish => {
+                assert!(self.machine.is_finished(), "sender finished before the receiver");
+                self.finished = true;
+            }
+            SendAction::Stop(_) => return Err("stopped"),
         }
         Ok(())
     }
@@ -262,7 +412,10 @@ impl Session<'_> {
         }
         let mut proven = HashSet::new();
         let mut resumed = Vec::new();
-        for rec in &part.journal {
+        // A one-chunk file is never resumed (the engine keeps no journal for it): its hash
+        // comes only with its frame, the sender sends no FileEnd for it.
+        let journal: &[Kept<(u64, [u8; 32])>] = if chunk_count(self.src.sizes[id], CHUNK) > 1 { &part.journal } else { &[] };
+        for rec in journal {
             let (index, h) = rec.value;
             if part.data.get(&index).is_some_and(|d| hash(&d.value) == h) && proven.insert(index) {
                 resumed.push((index, h));
@@ -276,6 +429,21 @@ impl Session<'_> {
     /// One event; `Err` when the session ends early (stopped).
     fn step(&mut self, ev: Event) -> Result<(), &'static str> {
         match ev {
+            Event::Entry { id, version } => {
+                // The receiver skips a file already there at this version (size and mtime
+                // match), as a re-run does.
+                let there = self.store.finals.get(&id).is_some_and(|k| k.value == self.src.content(id, version));
+                if there {
+                    self.skipped.insert(id);
+                    self.control(Event::Skip { id });
+                } else {
+                    self.announced.insert(id, version);
+                    let mtime = (1_700_000_000 + i64::from(version), 0);
+                    self.machine.announce(FileSpec { id: id as u64, size: self.src.sizes[id], mtime }, id);
+                }
+            }
+            Event::ManifestEnd => self.machine.manifest_end(),
+            Event::ReadDone(r) => self.read(r),
             Event::Chunk { id, index, data, corrupt, whole } => {
                 if corrupt {
                     self.machine.chunk_corrupt(id as u64, index);
@@ -297,31 +465,21 @@ impl Session<'_> {
             Event::FileEnd { id, hash, size, mtime } => {
                 let _ = self.machine.file_end(id as u64, hash, size, mtime);
             }
+            Event::SenderFailed { id } => self.machine.peer_failed(id as u64, crate::Side::Source, "cannot read".into()),
             Event::Want(files) => {
                 for w in files {
-                    let id = w.id as usize;
-                    // The sender reads the file as it is now: the source may have changed.
-                    let version = self.src.versions[id];
-                    for (start, count) in w.ranges {
-                        for index in start..start + u64::from(count) {
-                            self.send_chunk(id, version, index);
-                        }
-                    }
-                    // FileEnd after the last chunk was sent, with the file's size and mtime now.
-                    let (h, size, mtime) = (self.src.file_hash(id, version), self.src.sizes[id], self.src.mtime(id));
-                    self.control(Event::FileEnd { id, hash: h, size, mtime });
+                    self.sender.want(w.id, &w.ranges).unwrap_or_else(|e| panic!("the sender refused a Want of file {} the receiver may send: {e:?}", w.id));
                 }
             }
+            Event::Skip { id } => self.sender.skip(id as u64).expect("the sender refused a Skip the receiver may send"),
             Event::Reread { id, index } => {
-                let version = self.src.versions[id];
-                let data = self.src.chunk(id, version, index);
-                let delay = 1 + self.rng.below(40);
-                self.at(delay, Event::Chunk { id, index, data, corrupt: false, whole: false });
+                // The frame's `Sent` was reported: the copy counts in once more.
+                self.sender.resend(id as u64, index, true);
             }
-            Event::ChunkBad { id, index } => {
-                let version = self.src.versions[id];
-                self.send_chunk(id, version, index);
-            }
+            Event::ChunkBad { id, index } => self.sender.ask_again(id as u64, index).expect("the sender refused a ChunkBad the receiver may send"),
+            Event::FileDone { id } => self.sender.file_done(id as u64).expect("the sender refused a FileDone the receiver may send"),
+            Event::ReceiverFailed { id } => self.sender.peer_failed(id as u64, crate::Side::Destination, "cannot write".into()).expect("the sender refused a FileError the receiver may send"),
+            Event::Summary => self.sender.summary(),
             Event::Finalize(batch) => {
                 if self.faulty && self.rng.chance(30) {
                     // Storage corrupted the data at rest (caught by --verify full's re-read).
@@ -340,16 +498,33 @@ impl Session<'_> {
         self.drive()
     }
 
-    fn send_chunk(&mut self, id: usize, version: u32, index: u64) {
-        let data = self.src.chunk(id, version, index);
-        let corrupt = self.faulty && self.rng.chance(30);
-        let whole = chunk_count(self.src.sizes[id], CHUNK) == 1 && self.announced.get(&id) == Some(&version) && self.rng.chance(500);
-        let delay = 1 + self.rng.below(40);
-        self.at(delay, Event::Chunk { id, index, data: data.clone(), corrupt, whole });
-        if self.faulty && self.rng.chance(20) {
-            let delay = 1 + self.rng.below(40);
-            self.at(delay, Event::Reread { id, index });
+    /// A stream worker's read of the source as it is now: sent (or only hashed), or failed.
+    fn read(&mut self, r: Read) {
+        let id = r.id as usize;
+        if !self.sender.is_active(r.id) {
+            return; // its file finished meanwhile: the worker drops it
         }
+        if self.faulty && self.rng.chance(3) {
+            return self.sender.read_failed(r.id, ReadTrouble::NotFound, "vanished".into());
+        }
+        let version = self.src.versions[id];
+        if r.whole && version != self.walked_version[&id] {
+            // A single-chunk file completes with its frame: the worker checks it first.
+            return self.sender.read_failed(r.id, ReadTrouble::Changed, "changed".into());
+        }
+        let data = self.src.chunk(id, version, r.chunk);
+        let h = hash(&data);
+        if !r.hash_only {
+            let corrupt = self.faulty && self.rng.chance(30);
+            let whole = r.whole;
+            let delay = 1 + self.rng.below(40);
+            self.at(delay, Event::Chunk { id, index: r.chunk, data, corrupt, whole });
+            if self.faulty && self.rng.chance(20) {
+                let delay = 1 + self.rng.below(40);
+                self.at(delay, Event::Reread { id, index: r.chunk });
+            }
+        }
+        self.sender.chunk_sent(r.id, r.chunk, h);
     }
 
     fn publish(&mut self, id: usize) {
@@ -372,8 +547,10 @@ fn run_seed(seed: u64) {
     for session in 0..MAX_SESSIONS {
         let faulty = session < FAULTY_SESSIONS;
         let window = Window { bytes: 1 + rng.below(4 * u64::from(CHUNK)), files: 1 + rng.below(4) as usize };
+        let files_ahead = 1 + rng.below(files as u64 + 1);
         let mut s = Session {
             machine: Receiver::new(window, CHUNK),
+            sender: Sender::new(CHUNK, files_ahead),
             rng: &mut rng,
             src: &mut src,
             store: &mut store,
@@ -383,31 +560,25 @@ fn run_seed(seed: u64) {
             queue: BinaryHeap::new(),
             events: HashMap::new(),
             control_at: 0,
+            walked: 0,
+            walked_version: HashMap::new(),
             announced: HashMap::new(),
             proven: HashMap::new(),
             faulty,
             largest,
             landed: HashSet::new(),
+            skipped: HashSet::new(),
             finalizing: Vec::new(),
+            summary_sent: false,
+            finished: false,
         };
-        // The sender announces every file; the receiver skips those already there at this
-        // version (size and mtime match), as a re-run does.
-        for id in 0..files {
-            let version = s.src.versions[id];
-            let there = s.store.finals.get(&id).is_some_and(|k| k.value == s.src.content(id, version));
-            if !there {
-                s.announced.insert(id, version);
-                s.machine.announce(s.src.spec(id), id);
-            }
-        }
-        s.machine.manifest_end();
         let mut cut = s.drive().is_err();
         let mut steps = 0;
-        while !cut && !s.machine.is_finished() {
+        while !cut && !s.finished {
             steps += 1;
             assert!(steps < MAX_STEPS_PER_SESSION, "seed {seed}: session {session} makes no progress");
             let Some(std::cmp::Reverse((at, seq))) = s.queue.pop() else {
-                panic!("seed {seed}: session {session} waits for nothing with {} files unfinished", s.machine.unfinished());
+                panic!("seed {seed}: session {session} waits for nothing with {} files unfinished at the receiver, {} at the sender", s.machine.unfinished(), s.sender.unfinished());
             };
             s.now = s.now.max(at);
             let ev = s.events.remove(&seq).expect("every queued time has its event");
