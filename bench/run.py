@@ -41,7 +41,9 @@ NS_A, NS_B = "tern-a", "tern-b"
 DATA = "/dev/shm/tern-bench"
 PORTS = {"ssh": 2222, "gridftp": 2811, "xrootd": 1094, "tern": 7700, "iperf3": 5201}
 
-ALL_TOOLS = ["iperf3", "scp", "rsync", "rsync4", "globus-url-copy", "rclone", "xrdcp", "tern-first", "tern-ssh", "tern-daemon"]
+ALL_TOOLS = ["iperf3", "scp", "rsync", "rsync4", "globus-url-copy", "rclone", "xrdcp", "tern-first", "tern-ssh", "tern-daemon", "tern-ssh-base"]
+# tern-ssh-base: tern-ssh with another build (TERN_BASE_BIN), for old-against-new in one run.
+BASE = os.environ.get("TERN_BASE_BIN")
 PEERS = ["scp", "rsync", "rsync4", "globus-url-copy", "rclone", "xrdcp"]
 # tern-first: tern as a new user meets it (no flags, fresh ssh login, no tern on the far side:
 # it installs itself in a fresh cache each run). tern-ssh: the second use (tern already there).
@@ -143,7 +145,7 @@ class Servers:
         os.chmod(self.tmp, 0o755)
         if "iperf3" in tools:
             self._spawn("iperf3", ns(NS_B, ["iperf3", "-s", "-B", B, "-p", str(PORTS["iperf3"])]), PORTS["iperf3"])
-        if {"scp", "rsync", "rsync4", "rclone", "tern-ssh", "tern-first"} & set(tools):
+        if {"scp", "rsync", "rsync4", "rclone", "tern-ssh", "tern-first", "tern-ssh-base"} & set(tools):
             self.start_sshd()
         if "globus-url-copy" in tools:
             self._spawn("gridftp", ns(NS_B, [
@@ -246,6 +248,10 @@ def tool_cmd(tool, src, dst_root, srv, nfiles):
                 f"root://{B}:{PORTS['xrootd']}/{dst_root}/"], f"{dst_root}/data"
     if tool == "rsync4":
         return [os.path.join(HERE, "rsync-parallel.sh"), "4", ssh, src, f"root@{B}:{dst_root}/data"], f"{dst_root}/data"
+    if tool == "tern-ssh-base":
+        if not BASE:
+            raise ValueError("tern-ssh-base needs TERN_BASE_BIN")
+        return [BASE, "cp", "-r", "--json", "--ssh", ssh, "--remote-bin", BASE, src, f"root@{B}:{dst_root}/data"], f"{dst_root}/data"
     if tool == "tern-ssh":
         return [TERN, "cp", "-r", "--json", "--ssh", ssh, "--remote-bin", TERN, src, f"root@{B}:{dst_root}/data"], f"{dst_root}/data"
     if tool == "tern-first":
@@ -721,7 +727,8 @@ def main():
                     "iperf3": tool_version(["iperf3", "--version"]), "ssh": tool_version(["ssh", "-V"]),
                     "rsync": tool_version(["rsync", "--version"]), "globus-url-copy": tool_version(["globus-url-copy", "-version"]),
                     "rclone": tool_version(["rclone", "version"]), "xrdcp": tool_version(["xrdcp", "--version"]),
-                    "tern": missing_tern or tool_version([TERN, "--version"])}},
+                    "tern": missing_tern or tool_version([TERN, "--version"]),
+                    "tern-base": BASE and f"{BASE}: {tool_version([BASE, '--version'])}"}},
     }
     tmp = tempfile.mkdtemp(prefix="tern-bench-")
     srv = None
@@ -766,7 +773,7 @@ def main():
                     if tool == "iperf3":
                         continue
                     cell = cells[tool] = {"bytes": meta["bytes"], "runs": []}
-                    server = {"scp": "sshd", "rsync": "sshd", "rsync4": "sshd", "rclone": "sshd", "tern-ssh": "sshd", "tern-first": "sshd",
+                    server = {"scp": "sshd", "rsync": "sshd", "rsync4": "sshd", "rclone": "sshd", "tern-ssh": "sshd", "tern-first": "sshd", "tern-ssh-base": "sshd",
                               "globus-url-copy": "gridftp", "xrdcp": "xrootd", "tern-daemon": "tern"}[tool]
                     if tool.startswith("tern") and missing_tern:
                         cell["status"], cell["reason"] = "NOT BUILT", missing_tern
