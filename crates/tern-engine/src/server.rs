@@ -149,25 +149,32 @@ pub fn source_spec(path: &Path, contents: bool) -> SourceSpec {
     SourceSpec { path: path.to_path_buf(), base, beneath: None }
 }
 
+/// Everything a served session is besides its control channel and its incoming data streams:
+/// who it authenticates, where it may reach, how the client finds its data port.
+pub struct ServedSession<'a> {
+    /// The control channel's TLS exporter value (zeros over ssh, which authenticated the user).
+    pub exporter: [u8; 32],
+    pub secret_key: [u8; 32],
+    pub roots: &'a Roots,
+    pub session_id: [u8; 16],
+    /// Where the client connects its data streams.
+    pub data_addr: String,
+    /// Say `data_addr` early (`Listening`, ssh mode) to a client that understands it.
+    pub announce: bool,
+    /// `--reverse`: this side connects the data streams, to this address.
+    pub reverse_to: Option<String>,
+    pub progress: Arc<Progress>,
+    pub hooks: &'a Hooks,
+    /// A `tern serve` connection's admission, dial policy and access record (ssh mode: none).
+    pub daemon: Option<&'a DaemonConn>,
+}
+
 /// Serves one session on an established control channel. `streams` delivers the data streams
 /// that name `session_id`. `announce`: send `data_addr` early (`Listening`, ssh mode) to a
 /// client that understands it. `daemon`: a `tern serve` connection's admission, dial policy
 /// and access record (ssh mode: none, and no third-party dialling).
-#[allow(clippy::too_many_arguments)]
-pub fn serve_session(
-    halves: ControlHalves,
-    exporter: [u8; 32],
-    secret_key: [u8; 32],
-    roots: &Roots,
-    session_id: [u8; 16],
-    data_addr: String,
-    announce: bool,
-    streams: Receiver<PendingStream>,
-    reverse_to: Option<String>,
-    progress: Arc<Progress>,
-    hooks: &Hooks,
-    daemon: Option<&DaemonConn>,
-) -> Result<Summary, TransferError> {
+pub fn serve_session(halves: ControlHalves, streams: Receiver<PendingStream>, served: ServedSession<'_>) -> Result<Summary, TransferError> {
+    let ServedSession { exporter, secret_key, roots, session_id, data_addr, announce, reverse_to, progress, hooks, daemon } = served;
     // However the session ends, the control channel closes with it: the engine's control
     // reader thread may still hold the socket, and a relaying client (third-party) has no data
     // stream of its own that would tell it the session is over.
@@ -604,7 +611,11 @@ fn daemon_connection(
             let progress = Arc::new(Progress::default());
             let started = Instant::now();
             let d = DaemonConn { conn: Mutex::new(conn), policy, allow_links_out, access: Mutex::new("auth=none op=none".into()) };
-            let r = serve_session(halves, exporter, *key, roots, session_id, local.to_string(), false, rx, None, progress, hooks, Some(&d));
+            let r = serve_session(
+                halves,
+                rx,
+                ServedSession { exporter, secret_key: *key, roots, session_id, data_addr: local.to_string(), announce: false, reverse_to: None, progress, hooks, daemon: Some(&d) },
+            );
             registry.lock().unwrap().remove(&session_id);
             // The session's data streams have ended with it: their places go back.
             held.lock().unwrap().clear();
@@ -662,8 +673,23 @@ pub fn serve_remote(port_range: Option<(u16, u16)>, reverse_port: Option<u16>) -
         let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
         let key = tern_proto::auth::token_key(secret.as_bytes());
         drop(tx);
-        return serve_session(halves, [0; 32], key, &Roots::Home(home), random(), String::new(), false, rx, Some(bracket(client_ip, port)), Arc::new(Progress::default()), &Hooks::default(), None)
-            .map(|_| ());
+        return serve_session(
+            halves,
+            rx,
+            ServedSession {
+                exporter: [0; 32],
+                secret_key: key,
+                roots: &Roots::Home(home),
+                session_id: random(),
+                data_addr: String::new(),
+                announce: false,
+                reverse_to: Some(bracket(client_ip, port)),
+                progress: Arc::new(Progress::default()),
+                hooks: &Hooks::default(),
+                daemon: None,
+            },
+        )
+        .map(|_| ());
     }
     let listener = listener.expect("bound unless --reverse");
     let port = listener.local_addr().map_err(crate::control::net_err)?.port();
@@ -674,7 +700,23 @@ pub fn serve_remote(port_range: Option<(u16, u16)>, reverse_port: Option<u16>) -
     let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
     let session_id = random::<16>();
     let key = tern_proto::auth::token_key(secret.as_bytes());
-    serve_session(halves, [0; 32], key, &Roots::Home(home), session_id, data_addr, true, rx, None, Arc::new(Progress::default()), &Hooks::default(), None).map(|_| ())
+    serve_session(
+        halves,
+        rx,
+        ServedSession {
+            exporter: [0; 32],
+            secret_key: key,
+            roots: &Roots::Home(home),
+            session_id,
+            data_addr,
+            announce: true,
+            reverse_to: None,
+            progress: Arc::new(Progress::default()),
+            hooks: &Hooks::default(),
+            daemon: None,
+        },
+    )
+    .map(|_| ())
 }
 
 /// ssh mode's data listener: every connection that says hello goes to the session. One that

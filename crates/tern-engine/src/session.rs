@@ -178,7 +178,41 @@ fn run_attempts(spec: &ClientSpec, progress: &Arc<Progress>) -> Result<Summary, 
     }
 }
 
+/// What a client transfer keeps across its attempts (reconnects): the request, its display,
+/// what the sender already finished, the rate limit. Each step of an attempt takes a copy.
+#[derive(Clone, Copy)]
+struct ClientRun<'a> {
+    spec: &'a ClientSpec,
+    progress: &'a Arc<Progress>,
+    memory: &'a Arc<Mutex<SendMemory>>,
+    rate: &'a Option<Arc<RateLimit>>,
+}
+
+/// An authenticated control channel.
+struct Channel {
+    reader: CtrlReader,
+    writer: Arc<CtrlWriter>,
+}
+
+/// The far side of a remote attempt once it is authenticated: the session to open there and
+/// how to reach its data port.
+struct RemoteSession<'a> {
+    session_key: [u8; 32],
+    push: bool,
+    remote_path: &'a str,
+    /// The host the data streams go to when the server names only a port.
+    data_host: &'a str,
+    /// A daemon's data address: the one we reached it on, whatever `Ready` says.
+    data_at: Option<&'a str>,
+    /// `--reverse`: the server connects the data streams to this listener.
+    reverse: Option<&'a std::net::TcpListener>,
+    preconnected: Vec<thread::JoinHandle<std::io::Result<Preconnected>>>,
+    /// Both ends repair corrupted streams (Hello bit 5).
+    resets: bool,
+}
+
 fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendMemory>>, rate: &Option<Arc<RateLimit>>) -> Result<Summary, TransferError> {
+    let run = ClientRun { spec, progress, memory, rate };
     let push = spec.sources.iter().all(Endpoint::is_local);
     if !push && !spec.dest.is_local() {
         return crate::relay::attempt(spec, progress, memory);
@@ -214,7 +248,8 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
             };
             let recv = thread::spawn(move || Receiving::new().run(CtrlReader::new(server_half.reader), Arc::new(CtrlWriter::new(server_half.writer)), theirs, params));
             let client_half = ControlHalves::from_unix(c1).map_err(local_err)?;
-            let r = run_sender(spec, options, progress, memory, rate, CtrlReader::new(client_half.reader), Arc::new(CtrlWriter::new(client_half.writer)), Streams::Ready(mine), None, NO_RESETS);
+            let channel = Channel { reader: CtrlReader::new(client_half.reader), writer: Arc::new(CtrlWriter::new(client_half.writer)) };
+            let r = run_sender(run, options, channel, Streams::Ready(mine), None, NO_RESETS);
             let rr = recv.join().unwrap_or_else(|_| Err(TransferError::fatal(Side::Destination, "receiver thread panicked")));
             // The receiver's own error (disk full, say) says more than the sender's view.
             match (r, rr) {
@@ -263,7 +298,8 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
                 let rtt = early.as_ref().and_then(EarlyStreams::fastest).map_or(rtt, |c| c.min(rtt));
                 initial_streams(spec, &mut options, rtt);
                 let preconnected = early.map(|e| e.admit(options.streams)).unwrap_or_default();
-                run_remote(spec, &mut options, progress, memory, rate, reader, writer, session_key, push, path, &data_host, None, reverse.as_ref(), preconnected, resets_with(features))
+                let remote = RemoteSession { session_key, push, remote_path: path, data_host: &data_host, data_at: None, reverse: reverse.as_ref(), preconnected, resets: resets_with(features) };
+                run_remote(run, &mut options, Channel { reader, writer }, remote)
             })();
             r.map_err(|e| conn.explain(e))
         }
@@ -285,7 +321,8 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
             options.set_hard_links(options.hard_links() && features & FEATURE_HARD_LINKS != 0);
             // A daemon takes data on the port we reached it on; its own view of its address (in
             // `Ready`) is wrong behind a port forward, NAT or relay.
-            run_remote(spec, &mut options, progress, memory, rate, reader, writer, session_key, push, path, &bracket(host), Some(addr.as_str()), None, preconnected, resets_with(features))
+            let remote = RemoteSession { session_key, push, remote_path: path, data_host: &bracket(host), data_at: Some(addr.as_str()), reverse: None, preconnected, resets: resets_with(features) };
+            run_remote(run, &mut options, Channel { reader, writer }, remote)
         }
     }
 }
@@ -455,24 +492,10 @@ pub(crate) fn read_token(spec: &ClientSpec) -> Result<Vec<u8>, TransferError> {
     Ok(t.trim_ascii().to_vec())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_remote(
-    spec: &ClientSpec,
-    options: &mut Options,
-    progress: &Arc<Progress>,
-    memory: &Arc<Mutex<SendMemory>>,
-    rate: &Option<Arc<RateLimit>>,
-    mut reader: CtrlReader,
-    writer: Arc<CtrlWriter>,
-    session_key: [u8; 32],
-    push: bool,
-    remote_path: &str,
-    data_host: &str,
-    data_at: Option<&str>,
-    reverse: Option<&std::net::TcpListener>,
-    preconnected: Vec<thread::JoinHandle<std::io::Result<Preconnected>>>,
-    resets: bool,
-) -> Result<Summary, TransferError> {
+fn run_remote(run: ClientRun<'_>, options: &mut Options, channel: Channel, remote: RemoteSession<'_>) -> Result<Summary, TransferError> {
+    let spec = run.spec;
+    let Channel { mut reader, writer } = channel;
+    let RemoteSession { session_key, push, remote_path, data_host, data_at, reverse, preconnected, resets } = remote;
     let (role, sources, destination) = if push {
         let srcs = spec.sources.iter().map(|s| s.path_str().into_bytes()).collect();
         (Role::Receiver, srcs, remote_path.as_bytes().to_vec())
@@ -491,7 +514,7 @@ fn run_remote(
         let conns = accept_reverse(listener, &auth, options.streams)?;
         // The server dialled these and nobody can open a replacement (the server decides the
         // same): a corrupted stream stays fatal, as without bit 5.
-        return run_local_role(spec, *options, progress, memory, rate, reader, writer, Streams::Ready(conns), None, push, NO_RESETS);
+        return run_local_role(run, *options, Channel { reader, writer }, Streams::Ready(conns), None, push, NO_RESETS);
     }
     let data_addr = match data_at {
         Some(a) => a.to_string(),
@@ -534,7 +557,7 @@ fn run_remote(
     };
     let reopen: Reopen = open.clone();
     let opener = move |i: u32| open(i).ok();
-    run_local_role(spec, *options, progress, memory, rate, reader, writer, Streams::Connecting(connecting), Some(Box::new(opener)), push, (resets, Some(reopen)))
+    run_local_role(run, *options, Channel { reader, writer }, Streams::Connecting(connecting), Some(Box::new(opener)), push, (resets, Some(reopen)))
 }
 
 fn stream_error(data_addr: &str, e: &std::io::Error) -> TransferError {
@@ -682,24 +705,13 @@ fn accept_reverse(listener: &std::net::TcpListener, auth: &StreamAuth, n: u16) -
     Ok(conns)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_local_role(
-    spec: &ClientSpec,
-    options: Options,
-    progress: &Arc<Progress>,
-    memory: &Arc<Mutex<SendMemory>>,
-    rate: &Option<Arc<RateLimit>>,
-    reader: CtrlReader,
-    writer: Arc<CtrlWriter>,
-    streams: Streams,
-    opener: Option<Opener>,
-    push: bool,
-    repair: Repairing,
-) -> Result<Summary, TransferError> {
+fn run_local_role(run: ClientRun<'_>, options: Options, channel: Channel, streams: Streams, opener: Option<Opener>, push: bool, repair: Repairing) -> Result<Summary, TransferError> {
     let options = &options;
+    let ClientRun { spec, progress, .. } = run;
     if push {
-        run_sender(spec, *options, progress, memory, rate, reader, writer, streams, opener, repair)
+        run_sender(run, *options, channel, streams, opener, repair)
     } else {
+        let Channel { reader, writer } = channel;
         let receiving = Receiving::new().with_resets(repair.0, repair.1);
         let (add, fail) = (receiving.feed(), receiving.feed());
         let conns = attach_streams(spec, progress, streams, opener, Arc::new(move |c| add.add(c)), Box::new(move |e| fail.fail(e)));
@@ -773,19 +785,9 @@ fn attach_streams(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_sender(
-    spec: &ClientSpec,
-    options: Options,
-    progress: &Arc<Progress>,
-    memory: &Arc<Mutex<SendMemory>>,
-    rate: &Option<Arc<RateLimit>>,
-    reader: CtrlReader,
-    writer: Arc<CtrlWriter>,
-    streams: Streams,
-    opener: Option<Opener>,
-    repair: Repairing,
-) -> Result<Summary, TransferError> {
+fn run_sender(run: ClientRun<'_>, options: Options, channel: Channel, streams: Streams, opener: Option<Opener>, repair: Repairing) -> Result<Summary, TransferError> {
+    let ClientRun { spec, progress, memory, rate } = run;
+    let Channel { reader, writer } = channel;
     let beneath = fence(&spec.fences.src, Side::Source)?;
     let sources = spec
         .sources
