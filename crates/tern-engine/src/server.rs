@@ -663,60 +663,39 @@ pub fn serve_remote(port_range: Option<(u16, u16)>, reverse_port: Option<u16>) -
     let ssh_field = |n: usize| std::env::var("SSH_CONNECTION").ok().and_then(|v| v.split_whitespace().nth(n).map(str::to_string)).unwrap_or_default();
     let bracket = |ip: String, port: u16| if ip.contains(':') { format!("[{ip}]:{port}") } else { format!("{ip}:{port}") };
     let (tx, rx) = bounded(64);
-    if let Some(port) = reverse_port {
-        // The client listens; it is where our ssh connection came from.
-        let client_ip = match ssh_field(0) {
-            ip if ip.is_empty() => "127.0.0.1".to_string(),
-            ip => ip,
-        };
-        let halves = ControlHalves { reader: Box::new(stdin), writer: Box::new(std::io::stdout()), closer: crate::transport::Closer::noop() };
-        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
-        let key = tern_proto::auth::token_key(secret.as_bytes());
-        drop(tx);
-        return serve_session(
-            halves,
-            rx,
-            ServedSession {
-                exporter: [0; 32],
-                secret_key: key,
-                roots: &Roots::Home(home),
-                session_id: random(),
-                data_addr: String::new(),
-                announce: false,
-                reverse_to: Some(bracket(client_ip, port)),
-                progress: Arc::new(Progress::default()),
-                hooks: &Hooks::default(),
-                daemon: None,
-            },
-        )
-        .map(|_| ());
-    }
-    let listener = listener.expect("bound unless --reverse");
-    let port = listener.local_addr().map_err(crate::control::net_err)?.port();
-    // The address ssh reached us on is the one the client can reach for data, too.
-    let data_addr = bracket(ssh_field(2), port);
-    thread::spawn(move || accept_data_streams(listener, tx));
+    // `--reverse`: the client listens, where our ssh connection came from; otherwise the client
+    // connects to the address ssh reached us on, told early (`Listening`).
+    let (data_addr, announce, reverse_to) = match reverse_port {
+        Some(port) => {
+            drop(tx);
+            let client_ip = match ssh_field(0) {
+                ip if ip.is_empty() => "127.0.0.1".to_string(),
+                ip => ip,
+            };
+            (String::new(), false, Some(bracket(client_ip, port)))
+        }
+        None => {
+            let listener = listener.expect("bound unless --reverse");
+            let port = listener.local_addr().map_err(crate::control::net_err)?.port();
+            thread::spawn(move || accept_data_streams(listener, tx));
+            (bracket(ssh_field(2), port), true, None)
+        }
+    };
     let halves = ControlHalves { reader: Box::new(stdin), writer: Box::new(std::io::stdout()), closer: crate::transport::Closer::noop() };
     let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
-    let session_id = random::<16>();
-    let key = tern_proto::auth::token_key(secret.as_bytes());
-    serve_session(
-        halves,
-        rx,
-        ServedSession {
-            exporter: [0; 32],
-            secret_key: key,
-            roots: &Roots::Home(home),
-            session_id,
-            data_addr,
-            announce: true,
-            reverse_to: None,
-            progress: Arc::new(Progress::default()),
-            hooks: &Hooks::default(),
-            daemon: None,
-        },
-    )
-    .map(|_| ())
+    let served = ServedSession {
+        exporter: [0; 32],
+        secret_key: tern_proto::auth::token_key(secret.as_bytes()),
+        roots: &Roots::Home(home),
+        session_id: random(),
+        data_addr,
+        announce,
+        reverse_to,
+        progress: Arc::new(Progress::default()),
+        hooks: &Hooks::default(),
+        daemon: None,
+    };
+    serve_session(halves, rx, served).map(|_| ())
 }
 
 /// ssh mode's data listener: every connection that says hello goes to the session. One that
