@@ -51,7 +51,8 @@ pub fn build_id() -> &'static str {
 /// The remote command: `sh -c '<script>' tern-bootstrap ARGS…` (ARGS go to `tern _remote`).
 /// The script holds no single quote, `!` or newline, so csh, fish and bash login shells all
 /// pass it to sh unchanged.
-pub fn remote_command(install: Install, remote_args: &str) -> String {
+/// `env`: `NAME=VALUE` exported to the remote tern (or empty).
+pub fn remote_command(install: Install, env: &str, remote_args: &str) -> String {
     let version = env!("CARGO_PKG_VERSION");
     let id = build_id();
     let find = format!(
@@ -76,6 +77,10 @@ pub fn remote_command(install: Install, remote_args: &str) -> String {
             format!("c=${{XDG_CACHE_HOME:-$HOME/.cache}}/tern/{id}; b=$c/tern; {install_part}")
         }
         Install::Never => format!("{find}echo \"tern: not found on PATH nor in $c\" >&2; exit {EXIT_NOT_INSTALLED}"),
+    };
+    let script = match env.split_once('=') {
+        Some((name, _)) => format!("{env}; export {name}; {script}"),
+        None => script,
     };
     debug_assert!(!script.contains('\'') && !script.contains('!') && !script.contains('\n'));
     format!("sh -c '{script}' tern-bootstrap {remote_args}")
@@ -299,7 +304,7 @@ mod tests {
     #[test]
     fn script_survives_any_login_shell() {
         for i in [Install::IfMissing, Install::Always, Install::Never] {
-            let cmd = remote_command(i, "--port-range 1-2");
+            let cmd = remote_command(i, "TERN_EARLY_HELLO=1", "--port-range 1-2");
             let inner = &cmd["sh -c '".len()..cmd.rfind('\'').unwrap()];
             assert!(!inner.contains('\'') && !inner.contains('!') && !inner.contains('\n'));
         }
@@ -322,7 +327,7 @@ mod tests {
     #[test]
     fn script_runs_in_sh_and_reports_missing() {
         let home = tempfile::tempdir().unwrap();
-        let cmd = remote_command(Install::Never, "");
+        let cmd = remote_command(Install::Never, "", "");
         let out = std::process::Command::new("sh").arg("-c").arg(&cmd).env("HOME", home.path()).env("PATH", "/usr/bin:/bin").env_remove("XDG_CACHE_HOME").output().unwrap();
         assert_eq!(out.status.code(), Some(EXIT_NOT_INSTALLED), "{}", String::from_utf8_lossy(&out.stderr));
     }

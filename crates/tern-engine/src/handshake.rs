@@ -107,16 +107,42 @@ fn client_as(
 
 /// Server side; answers a failed proof with a clear `Fatal` before closing. `listening`: the
 /// data address to announce right after our `Hello` (ssh mode), if the client understands it.
-pub fn server(r: &mut CtrlReader, w: &CtrlWriter, key: &[u8; 32], exporter: &[u8; 32], listening: Option<&[u8]>) -> Result<([u8; 32], u64), TransferError> {
+pub fn server(r: &mut CtrlReader, w: &CtrlWriter, key: &[u8; 32], exporter: &[u8; 32], listening: Listening<'_>) -> Result<([u8; 32], u64), TransferError> {
     let ours = our_features();
     server_as(ours, r, w, key, exporter, listening).map(|(k, theirs)| (k, theirs & ours))
 }
 
+/// What a server says of its data address, and when.
+#[derive(Clone, Copy)]
+pub enum Listening<'a> {
+    /// Nothing to announce (a daemon, `--reverse`).
+    No,
+    /// After the client's `Hello`, if it has feature bit 1.
+    AfterHello(&'a [u8]),
+    /// `Hello` (and `Listening`, if given) went out already, before the client's `Hello` was
+    /// read: [`early_hello`].
+    Said,
+}
+
+/// ssh mode with a client that said (`TERN_EARLY_HELLO` in the remote command) it understands
+/// `Listening`: the server speaks first. The client's bytes reach `tern _remote` only about a
+/// round trip after it starts (ssh forwards stdin once the session is set up), and nothing in
+/// our `Hello` depends on them, so waiting for them would cost that round trip.
+pub fn early_hello(w: &CtrlWriter, data_addr: Option<&[u8]>) -> Result<(), TransferError> {
+    w.send(&hello(our_features()))?;
+    if let Some(addr) = data_addr {
+        w.send(&Control::Listening { data_addr: addr.to_vec() })?;
+    }
+    Ok(())
+}
+
 /// Returns the session key and the client's feature bits.
-fn server_as(ours: u64, r: &mut CtrlReader, w: &CtrlWriter, key: &[u8; 32], exporter: &[u8; 32], listening: Option<&[u8]>) -> Result<([u8; 32], u64), TransferError> {
+fn server_as(ours: u64, r: &mut CtrlReader, w: &CtrlWriter, key: &[u8; 32], exporter: &[u8; 32], listening: Listening<'_>) -> Result<([u8; 32], u64), TransferError> {
     let theirs = expect_hello(r.recv()?)?;
-    w.send(&hello(ours))?;
-    if let Some(addr) = listening
+    if !matches!(listening, Listening::Said) {
+        w.send(&hello(ours))?;
+    }
+    if let Listening::AfterHello(addr) = listening
         && theirs & ours & FEATURE_EARLY_DATA_ADDR != 0
     {
         w.send(&Control::Listening { data_addr: addr.to_vec() })?;
@@ -161,7 +187,7 @@ mod tests {
         let key = [7u8; 32];
         let server = std::thread::spawn(move || {
             let (mut r, w) = ends(b);
-            server_as(server_bits, &mut r, &w, &key, &[0; 32], announce.then_some(ADDR)).unwrap().0
+            server_as(server_bits, &mut r, &w, &key, &[0; 32], if announce { Listening::AfterHello(ADDR) } else { Listening::No }).unwrap().0
         });
         let (mut r, w) = ends(a);
         let mut seen = None;
@@ -188,6 +214,27 @@ mod tests {
             assert_eq!(run(ALL, OLD, pipelined, true), (None, true));
             // A daemon or --reverse: nothing to announce.
             assert_eq!(run(ALL, ALL, pipelined, false), (None, true));
+        }
+    }
+
+    #[test]
+    fn a_server_that_spoke_first_is_heard_the_same() {
+        // ssh mode with TERN_EARLY_HELLO: Hello and Listening go out before the client's Hello
+        // is read; the client sees the same exchange and both derive the same key.
+        for pipelined in [false, true] {
+            let (a, b) = UnixStream::pair().unwrap();
+            let key = [9u8; 32];
+            let server = std::thread::spawn(move || {
+                let (mut r, w) = ends(b);
+                w.send(&hello(ALL)).unwrap();
+                w.send(&Control::Listening { data_addr: ADDR.to_vec() }).unwrap();
+                server_as(ALL, &mut r, &w, &key, &[0; 32], Listening::Said).unwrap().0
+            });
+            let (mut r, w) = ends(a);
+            let mut seen = None;
+            let mut f = |addr: &[u8]| seen = Some(addr.to_vec());
+            let (k, _, _) = client_as(ALL, &mut r, &w, &key, &[0; 32], "test", pipelined, Some(&mut f)).unwrap();
+            assert_eq!((seen.as_deref(), k), (Some(ADDR), server.join().unwrap()));
         }
     }
 

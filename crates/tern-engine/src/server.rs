@@ -151,6 +151,16 @@ pub fn source_spec(path: &Path, contents: bool) -> SourceSpec {
 
 /// Everything a served session is besides its control channel and its incoming data streams:
 /// who it authenticates, where it may reach, how the client finds its data port.
+/// ssh mode tells the client its data address early (`Listening`); a daemon does not.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Announce {
+    No,
+    /// After the client's `Hello`, if it has feature bit 1.
+    AfterHello,
+    /// `Hello` and `Listening` went out before anything was read (`handshake::early_hello`).
+    Said,
+}
+
 pub struct ServedSession<'a> {
     /// The control channel's TLS exporter value (zeros over ssh, which authenticated the user).
     pub exporter: [u8; 32],
@@ -159,8 +169,8 @@ pub struct ServedSession<'a> {
     pub session_id: [u8; 16],
     /// Where the client connects its data streams.
     pub data_addr: String,
-    /// Say `data_addr` early (`Listening`, ssh mode) to a client that understands it.
-    pub announce: bool,
+    /// Whether and when the client hears `data_addr` before `Ready` (`Listening`, ssh mode).
+    pub announce: Announce,
     /// `--reverse`: this side connects the data streams, to this address.
     pub reverse_to: Option<String>,
     pub progress: Arc<Progress>,
@@ -182,7 +192,12 @@ pub fn serve_session(halves: ControlHalves, streams: Receiver<PendingStream>, se
     let _close = Defer(move || closer.close());
     let mut reader = CtrlReader::new(halves.reader);
     let writer = Arc::new(CtrlWriter::new(halves.writer).with_public_names(roots.public_names()));
-    let (key, client_features) = crate::handshake::server(&mut reader, &writer, &secret_key, &exporter, announce.then_some(data_addr.as_bytes()))?;
+    let listening = match announce {
+        Announce::No => crate::handshake::Listening::No,
+        Announce::AfterHello => crate::handshake::Listening::AfterHello(data_addr.as_bytes()),
+        Announce::Said => crate::handshake::Listening::Said,
+    };
+    let (key, client_features) = crate::handshake::server(&mut reader, &writer, &secret_key, &exporter, listening)?;
     let refuse = |m: String| {
         let _ = writer.send(&Control::Fatal { side: Side::Network, message: m.clone() });
         TransferError::fatal(Side::Network, m)
@@ -614,7 +629,7 @@ fn daemon_connection(
             let r = serve_session(
                 halves,
                 rx,
-                ServedSession { exporter, secret_key: *key, roots, session_id, data_addr: local.to_string(), announce: false, reverse_to: None, progress, hooks, daemon: Some(&d) },
+                ServedSession { exporter, secret_key: *key, roots, session_id, data_addr: local.to_string(), announce: Announce::No, reverse_to: None, progress, hooks, daemon: Some(&d) },
             );
             registry.lock().unwrap().remove(&session_id);
             // The session's data streams have ended with it: their places go back.
@@ -651,36 +666,47 @@ fn daemon_connection(
 /// `tern _remote`: the far end of an ssh-mode session. The control channel is stdin/stdout;
 /// the first line on stdin is the session secret; data streams arrive on a fresh port, bound
 /// first thing so that it can be announced with our `Hello` (`Listening`).
+/// Set to `1` in `tern _remote`'s environment by a client that understands `Listening` (Hello bit
+/// 1): the server then sends its `Hello` and `Listening` before reading anything.
+pub const EARLY_HELLO_ENV: &str = "TERN_EARLY_HELLO";
+
 pub fn serve_remote(port_range: Option<(u16, u16)>, reverse_port: Option<u16>) -> Result<(), TransferError> {
-    let listener = match reverse_port {
-        Some(_) => None,
-        None => Some(bind_range(port_range).map_err(|e| TransferError::fatal(Side::Network, format!("cannot listen for data streams: {e} (choose another --port-range)")))?),
-    };
-    let mut stdin = BufReader::new(std::io::stdin());
-    let mut line = String::new();
-    stdin.read_line(&mut line).map_err(crate::control::net_err)?;
-    let secret = line.trim().strip_prefix("TERN-SECRET ").ok_or_else(|| TransferError::fatal(Side::Network, "expected the session secret on stdin"))?.to_string();
     let ssh_field = |n: usize| std::env::var("SSH_CONNECTION").ok().and_then(|v| v.split_whitespace().nth(n).map(str::to_string)).unwrap_or_default();
     let bracket = |ip: String, port: u16| if ip.contains(':') { format!("[{ip}]:{port}") } else { format!("{ip}:{port}") };
     let (tx, rx) = bounded(64);
     // `--reverse`: the client listens, where our ssh connection came from; otherwise the client
     // connects to the address ssh reached us on, told early (`Listening`).
-    let (data_addr, announce, reverse_to) = match reverse_port {
+    let (data_addr, reverse_to) = match reverse_port {
         Some(port) => {
             drop(tx);
             let client_ip = match ssh_field(0) {
                 ip if ip.is_empty() => "127.0.0.1".to_string(),
                 ip => ip,
             };
-            (String::new(), false, Some(bracket(client_ip, port)))
+            (None, Some(bracket(client_ip, port)))
         }
         None => {
-            let listener = listener.expect("bound unless --reverse");
+            let listener = bind_range(port_range).map_err(|e| TransferError::fatal(Side::Network, format!("cannot listen for data streams: {e} (choose another --port-range)")))?;
             let port = listener.local_addr().map_err(crate::control::net_err)?.port();
             thread::spawn(move || accept_data_streams(listener, tx));
-            (bracket(ssh_field(2), port), true, None)
+            (Some(bracket(ssh_field(2), port)), None)
         }
     };
+    // A client that set this understands `Listening`: speak before its bytes arrive.
+    let early = std::env::var_os(EARLY_HELLO_ENV).is_some_and(|v| v == "1") && crate::handshake::our_features() & tern_proto::msg::FEATURE_EARLY_DATA_ADDR != 0;
+    if early {
+        crate::handshake::early_hello(&CtrlWriter::new(Box::new(std::io::stdout())), data_addr.as_deref().map(str::as_bytes))?;
+    }
+    let announce = match (&data_addr, early) {
+        (_, true) => Announce::Said,
+        (Some(_), false) => Announce::AfterHello,
+        (None, false) => Announce::No,
+    };
+    let mut stdin = BufReader::new(std::io::stdin());
+    let mut line = String::new();
+    stdin.read_line(&mut line).map_err(crate::control::net_err)?;
+    let secret = line.trim().strip_prefix("TERN-SECRET ").ok_or_else(|| TransferError::fatal(Side::Network, "expected the session secret on stdin"))?.to_string();
+    let data_addr = data_addr.unwrap_or_default();
     let halves = ControlHalves { reader: Box::new(stdin), writer: Box::new(std::io::stdout()), closer: crate::transport::Closer::noop() };
     let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
     let served = ServedSession {

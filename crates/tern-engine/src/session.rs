@@ -868,9 +868,14 @@ impl SshConn {
             remote_args.push_str(&format!(" --port-range {lo}-{hi}"));
         }
         // `--remote-bin` names the program; otherwise a script finds (or installs) this build.
+        // We understand `Listening`: the far tern may speak first (one round trip less; an older
+        // one ignores the variable).
+        let early = crate::handshake::our_features() & tern_proto::msg::FEATURE_EARLY_DATA_ADDR != 0;
+        let env = if early { format!("{}=1", crate::server::EARLY_HELLO_ENV) } else { String::new() };
         let remote_cmd = match &spec.ssh.remote_bin {
+            Some(bin) if early => format!("env {env} {bin} _remote{remote_args}"),
             Some(bin) => format!("{bin} _remote{remote_args}"),
-            None => crate::bootstrap::remote_command(spec.ssh.install, remote_args.trim_start()),
+            None => crate::bootstrap::remote_command(spec.ssh.install, &env, remote_args.trim_start()),
         };
         let mut cmd = ssh_command(spec, host, port);
         cmd.arg(remote_cmd).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
