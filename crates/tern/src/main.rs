@@ -1,18 +1,21 @@
 //! `tern`: the command line. Parses arguments into engine settings, shows progress, reports.
 
-mod cli;
+mod args;
 mod doctor;
 mod filter_args;
 mod fs_cli;
 mod output;
+mod run;
+mod serve;
 mod serve_config;
 mod service_cli;
+mod transfer;
 mod watch_cli;
 
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let args = match cli::Cli::parse_all() {
+    let args = match args::Cli::parse_all() {
         Ok(a) => a,
         Err(e) => {
             eprintln!("tern: {e:#}");
@@ -20,7 +23,7 @@ fn main() -> ExitCode {
         }
     };
     raise_fd_limit();
-    match cli::run(args) {
+    match run::run(args) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("tern: {e}");

@@ -60,7 +60,7 @@ fn tokens_from(text: &str, path: &Path, given: &[String], env_set: &dyn Fn(&str)
     use clap::CommandFactory;
     let file = path.display();
     let table: toml::Table = text.parse().map_err(|e: toml::de::Error| anyhow::anyhow!("tern serve --config {file}: not valid TOML: {}", e.message()))?;
-    let cli = crate::cli::Cli::command();
+    let cli = crate::args::Cli::command();
     let serve = cli.find_subcommand("serve").expect("serve is a subcommand");
     let mut tokens = Vec::new();
     for (key, value) in &table {
@@ -158,7 +158,7 @@ mod tests {
         use clap::CommandFactory;
         let mut argv = vec!["tern".to_string(), "serve".to_string()];
         argv.extend(t);
-        crate::cli::Cli::command().try_get_matches_from(argv).unwrap();
+        crate::args::Cli::command().try_get_matches_from(argv).unwrap();
     }
 
     #[test]

@@ -13,7 +13,7 @@ use tern_engine::endpoint::Endpoint;
 use tern_watch::hook::Hook;
 use tern_watch::{ReadyRule, Shared};
 
-use crate::cli::Common;
+use crate::args::Common;
 
 #[derive(Args)]
 pub(crate) struct WatchArgs {
@@ -93,7 +93,7 @@ pub(crate) fn run(a: WatchArgs) -> Result<ExitCode> {
         };
         made.map_err(|e| anyhow::anyhow!("destination: {}: cannot create the destination directory: {e}", p.display()))?;
     }
-    let template = crate::cli::client_spec(std::slice::from_ref(&src_str), &dst, true, false, false, crate::cli::Delete::default(), c)?;
+    let template = crate::transfer::client_spec(std::slice::from_ref(&src_str), &dst, true, false, false, crate::transfer::Delete::default(), c)?;
     if !template.dest.is_local() {
         // A remote DST that does not exist yet is made once, as a local one is above (each
         // unit then lands inside it): an empty directory's contents copied to it.

@@ -1,0 +1,63 @@
+//! `tern serve`: the daemon's roots, token file and limits; the managed service beside it when
+//! asked for (`service_cli.rs`).
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use tern_engine::server::Roots;
+
+use crate::args::ServeArgs;
+
+pub(crate) fn serve(a: ServeArgs) -> Result<ExitCode> {
+    let mut roots = Vec::new();
+    for r in &a.root {
+        let (name, dir) = match r.split_once('=') {
+            Some((n, d)) if a.root.len() > 1 => (n.to_string(), PathBuf::from(d)),
+            Some((_, d)) => (String::new(), PathBuf::from(d)),
+            None if a.root.len() > 1 => bail!("--root {r}: with several roots, name each one: --root NAME=DIR"),
+            None => (String::new(), PathBuf::from(r)),
+        };
+        if !dir.is_dir() {
+            bail!("--root {}: not a directory", dir.display());
+        }
+        roots.push((name, dir));
+    }
+    let secret = load_or_create_token(&a.token_file)?;
+    let listener = TcpListener::bind(&a.listen).with_context(|| format!("cannot listen on {}", a.listen))?;
+    eprintln!("tern serve: listening on {} for {}", listener.local_addr()?, roots.iter().map(|(n, d)| format!("/{n} = {}", d.display())).collect::<Vec<_>>().join(", "));
+    crate::service_cli::start(&a.service, &roots.iter().map(|(_, d)| d.clone()).collect::<Vec<_>>())?;
+    if !(a.auth_timeout > 0.0 && a.auth_timeout <= 3600.0) {
+        bail!("--auth-timeout {}: give seconds between 0 and 3600", a.auth_timeout);
+    }
+    let limits = tern_engine::limits::Limits { max_connections: a.max_connections as usize, max_sessions: a.max_sessions as usize, auth_timeout: std::time::Duration::from_secs_f64(a.auth_timeout) };
+    let config =
+        tern_engine::server::DaemonConfig { limits, dial: tern_engine::dial::DialPolicy { allow: if a.no_third_party { Vec::new() } else { a.dial_allow } }, allow_links_out: a.allow_links_out };
+    tern_engine::server::serve_daemon(listener, Roots::Confined(roots), secret, Arc::new(a.hook.into_iter().collect()), config)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn load_or_create_token(path: &PathBuf) -> Result<Vec<u8>> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::read(path) {
+        Ok(t) => {
+            let t = t.trim_ascii().to_vec();
+            if t.len() < 16 {
+                bail!("token file {} holds fewer than 16 bytes; use a longer secret", path.display());
+            }
+            Ok(t)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let secret = tern_engine::session::hex(&tern_engine::transport::random::<32>());
+            let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path).with_context(|| format!("cannot create token file {}", path.display()))?;
+            f.write_all(secret.as_bytes())?;
+            f.write_all(b"\n")?;
+            eprintln!("tern serve: created token file {} (give it to clients as --token-file)", path.display());
+            Ok(secret.into_bytes())
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot read token file {}", path.display())),
+    }
+}
