@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::Args;
 use tern_engine::endpoint::Endpoint;
-use tern_engine::session::{ClientSpec, SshOptions};
+use tern_engine::session::ClientSpec;
 use tern_proto::msg::{FS_FORCE, FS_PARENTS, FS_RECURSIVE};
 use tern_proto::{FsEntry, FsKind, FsOp, Options};
 
@@ -99,18 +99,7 @@ fn spec(ep: &Endpoint, c: &ConnArgs) -> ClientSpec {
         options: Options { flags: 0, chunk_size: 1 << 20, streams: 1, concurrency: 0 },
         adaptive: false,
         max_streams: 1,
-        ssh: SshOptions {
-            command: c.ssh.as_deref().map(|s| s.split_whitespace().map(str::to_string).collect()).unwrap_or_default(),
-            remote_bin: c.remote_bin.clone(),
-            install: match (c.install_remote, c.no_install) {
-                (true, _) => tern_engine::bootstrap::Install::Always,
-                (_, true) => tern_engine::bootstrap::Install::Never,
-                _ => tern_engine::bootstrap::Install::IfMissing,
-            },
-            port_range: None,
-            reverse: false,
-            reuse: !c.no_ssh_reuse,
-        },
+        ssh: crate::transfer::ssh_options(c.ssh.as_deref(), c.remote_bin.clone(), c.install_remote, c.no_install, !c.no_ssh_reuse),
         token_file: c.token_file.clone(),
         dst_token_file: None,
         bwlimit: None,

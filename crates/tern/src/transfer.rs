@@ -210,18 +210,7 @@ pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: boo
         options,
         adaptive: c.streams.is_none() && !local && !third_party,
         max_streams: 32,
-        ssh: SshOptions {
-            command: c.ssh.as_deref().map(|s| s.split_whitespace().map(str::to_string).collect()).unwrap_or_default(),
-            remote_bin: c.remote_bin.clone(),
-            install: match (c.install_remote, c.no_install) {
-                (true, _) => tern_engine::bootstrap::Install::Always,
-                (_, true) => tern_engine::bootstrap::Install::Never,
-                _ => tern_engine::bootstrap::Install::IfMissing,
-            },
-            port_range: c.port_range,
-            reverse: c.reverse,
-            reuse: !c.no_ssh_reuse,
-        },
+        ssh: SshOptions { port_range: c.port_range, reverse: c.reverse, ..ssh_options(c.ssh.as_deref(), c.remote_bin.clone(), c.install_remote, c.no_install, !c.no_ssh_reuse) },
         token_file: c.token_file.clone(),
         dst_token_file: c.dst_token_file.clone(),
         bwlimit: c.bwlimit.and_then(|r| r.0),
@@ -329,4 +318,22 @@ fn read_file_list(file: &std::path::Path) -> Result<Vec<Vec<u8>>> {
         out.push(p.to_vec());
     }
     Ok(out)
+}
+
+/// The ssh side of a client request, as `cp`/`sync` and the file-system commands take it from
+/// their flags (`--ssh`, `--remote-bin`, `--install-remote`, `--no-install`, `--no-ssh-reuse`);
+/// no port range and no `--reverse`.
+pub(crate) fn ssh_options(ssh: Option<&str>, remote_bin: Option<String>, install_remote: bool, no_install: bool, reuse: bool) -> SshOptions {
+    SshOptions {
+        command: ssh.map(|s| s.split_whitespace().map(str::to_string).collect()).unwrap_or_default(),
+        remote_bin,
+        install: match (install_remote, no_install) {
+            (true, _) => tern_engine::bootstrap::Install::Always,
+            (_, true) => tern_engine::bootstrap::Install::Never,
+            _ => tern_engine::bootstrap::Install::IfMissing,
+        },
+        port_range: None,
+        reverse: false,
+        reuse,
+    }
 }
