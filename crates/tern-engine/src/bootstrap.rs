@@ -97,8 +97,7 @@ fn payload() -> io::Result<Arc<Vec<u8>>> {
 /// first install waits for the ssh login (about a second at 68 ms), not for the compression
 /// after it. Once per build and machine; later runs find the cache and do nothing here.
 pub(crate) fn prepare_payload() {
-    let cached = local_cache_dir().is_some_and(|d| d.join(format!("{}.gz", build_id())).is_file());
-    if !cached {
+    if !cached_payload_path().is_some_and(|p| p.is_file()) {
         let _ = std::thread::Builder::new().name("tern-payload".into()).spawn(|| drop(payload()));
     }
 }
@@ -107,7 +106,7 @@ pub(crate) fn prepare_payload() {
 /// 16 MB takes most of a second; sending it on a 1 Gb/s path a tenth of that). The far side
 /// unpacks it as it arrives, so the unpacking overlaps the transfer.
 fn make_payload() -> io::Result<Vec<u8>> {
-    let cache = local_cache_dir().map(|d| d.join(format!("{}.gz", build_id())));
+    let cache = cached_payload_path();
     if let Some(p) = &cache
         && let Ok(bytes) = std::fs::read(p)
     {
@@ -149,6 +148,11 @@ fn is_payload_name(name: &std::ffi::OsStr) -> bool {
     let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".gz")) else { return false };
     let Some((version, hash)) = stem.rsplit_once('-') else { return false };
     !version.is_empty() && hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// Where this build's compressed payload is kept: `~/.cache/tern/bootstrap/VERSION-HASH.gz`.
+fn cached_payload_path() -> Option<PathBuf> {
+    local_cache_dir().map(|d| d.join(format!("{}.gz", build_id())))
 }
 
 fn local_cache_dir() -> Option<PathBuf> {

@@ -107,20 +107,20 @@ fn client_as(
 
 /// Server side; answers a failed proof with a clear `Fatal` before closing. `listening`: the
 /// data address to announce right after our `Hello` (ssh mode), if the client understands it.
-pub fn server(r: &mut CtrlReader, w: &CtrlWriter, key: &[u8; 32], exporter: &[u8; 32], listening: Listening<'_>) -> Result<([u8; 32], u64), TransferError> {
+pub fn server(r: &mut CtrlReader, w: &CtrlWriter, key: &[u8; 32], exporter: &[u8; 32], announce: Announce, data_addr: &[u8]) -> Result<([u8; 32], u64), TransferError> {
     let ours = our_features();
-    server_as(ours, r, w, key, exporter, listening).map(|(k, theirs)| (k, theirs & ours))
+    server_as(ours, r, w, key, exporter, announce, data_addr).map(|(k, theirs)| (k, theirs & ours))
 }
 
-/// What a server says of its data address, and when.
-#[derive(Clone, Copy)]
-pub enum Listening<'a> {
+/// Whether and when a server tells the client its data address (`Listening`, ssh mode).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Announce {
     /// Nothing to announce (a daemon, `--reverse`).
     No,
     /// After the client's `Hello`, if it has feature bit 1.
-    AfterHello(&'a [u8]),
-    /// `Hello` (and `Listening`, if given) went out already, before the client's `Hello` was
-    /// read: [`early_hello`].
+    AfterHello,
+    /// `Hello` (and `Listening`, if there was an address) went out already, before the client's
+    /// `Hello` was read: [`early_hello`].
     Said,
 }
 
@@ -137,15 +137,13 @@ pub fn early_hello(w: &CtrlWriter, data_addr: Option<&[u8]>) -> Result<(), Trans
 }
 
 /// Returns the session key and the client's feature bits.
-fn server_as(ours: u64, r: &mut CtrlReader, w: &CtrlWriter, key: &[u8; 32], exporter: &[u8; 32], listening: Listening<'_>) -> Result<([u8; 32], u64), TransferError> {
+fn server_as(ours: u64, r: &mut CtrlReader, w: &CtrlWriter, key: &[u8; 32], exporter: &[u8; 32], announce: Announce, data_addr: &[u8]) -> Result<([u8; 32], u64), TransferError> {
     let theirs = expect_hello(r.recv()?)?;
-    if !matches!(listening, Listening::Said) {
+    if announce != Announce::Said {
         w.send(&hello(ours))?;
     }
-    if let Listening::AfterHello(addr) = listening
-        && theirs & ours & FEATURE_EARLY_DATA_ADDR != 0
-    {
-        w.send(&Control::Listening { data_addr: addr.to_vec() })?;
+    if announce == Announce::AfterHello && theirs & ours & FEATURE_EARLY_DATA_ADDR != 0 {
+        w.send(&Control::Listening { data_addr: data_addr.to_vec() })?;
     }
     let nc = match r.recv()? {
         Control::Auth { nonce, .. } => nonce,
@@ -187,7 +185,7 @@ mod tests {
         let key = [7u8; 32];
         let server = std::thread::spawn(move || {
             let (mut r, w) = ends(b);
-            server_as(server_bits, &mut r, &w, &key, &[0; 32], if announce { Listening::AfterHello(ADDR) } else { Listening::No }).unwrap().0
+            server_as(server_bits, &mut r, &w, &key, &[0; 32], if announce { Announce::AfterHello } else { Announce::No }, ADDR).unwrap().0
         });
         let (mut r, w) = ends(a);
         let mut seen = None;
@@ -228,7 +226,7 @@ mod tests {
                 let (mut r, w) = ends(b);
                 w.send(&hello(ALL)).unwrap();
                 w.send(&Control::Listening { data_addr: ADDR.to_vec() }).unwrap();
-                server_as(ALL, &mut r, &w, &key, &[0; 32], Listening::Said).unwrap().0
+                server_as(ALL, &mut r, &w, &key, &[0; 32], Announce::Said, ADDR).unwrap().0
             });
             let (mut r, w) = ends(a);
             let mut seen = None;

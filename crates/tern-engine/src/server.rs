@@ -19,6 +19,7 @@ use crate::control::{CtrlReader, CtrlWriter};
 use crate::datastream::{DataConn, PendingStream, StreamAuth, accept_stream};
 use crate::dial::DialPolicy;
 use crate::error::{Side, TransferError};
+use crate::handshake::Announce;
 use crate::hook::Hooks;
 use crate::limits::{Admit, Conn, Gate, Limits};
 use crate::progress::Progress;
@@ -151,16 +152,6 @@ pub fn source_spec(path: &Path, contents: bool) -> SourceSpec {
 
 /// Everything a served session is besides its control channel and its incoming data streams:
 /// who it authenticates, where it may reach, how the client finds its data port.
-/// ssh mode tells the client its data address early (`Listening`); a daemon does not.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Announce {
-    No,
-    /// After the client's `Hello`, if it has feature bit 1.
-    AfterHello,
-    /// `Hello` and `Listening` went out before anything was read (`handshake::early_hello`).
-    Said,
-}
-
 pub struct ServedSession<'a> {
     /// The control channel's TLS exporter value (zeros over ssh, which authenticated the user).
     pub exporter: [u8; 32],
@@ -192,12 +183,7 @@ pub fn serve_session(halves: ControlHalves, streams: Receiver<PendingStream>, se
     let _close = Defer(move || closer.close());
     let mut reader = CtrlReader::new(halves.reader);
     let writer = Arc::new(CtrlWriter::new(halves.writer).with_public_names(roots.public_names()));
-    let listening = match announce {
-        Announce::No => crate::handshake::Listening::No,
-        Announce::AfterHello => crate::handshake::Listening::AfterHello(data_addr.as_bytes()),
-        Announce::Said => crate::handshake::Listening::Said,
-    };
-    let (key, client_features) = crate::handshake::server(&mut reader, &writer, &secret_key, &exporter, listening)?;
+    let (key, client_features) = crate::handshake::server(&mut reader, &writer, &secret_key, &exporter, announce, data_addr.as_bytes())?;
     let refuse = |m: String| {
         let _ = writer.send(&Control::Fatal { side: Side::Network, message: m.clone() });
         TransferError::fatal(Side::Network, m)
