@@ -248,12 +248,11 @@ def tool_cmd(tool, src, dst_root, srv, nfiles):
                 f"root://{B}:{PORTS['xrootd']}/{dst_root}/"], f"{dst_root}/data"
     if tool == "rsync4":
         return [os.path.join(HERE, "rsync-parallel.sh"), "4", ssh, src, f"root@{B}:{dst_root}/data"], f"{dst_root}/data"
-    if tool == "tern-ssh-base":
-        if not BASE:
+    if tool in ("tern-ssh", "tern-ssh-base"):
+        binary = TERN if tool == "tern-ssh" else BASE
+        if not binary:
             raise ValueError("tern-ssh-base needs TERN_BASE_BIN")
-        return [BASE, "cp", "-r", "--json", "--ssh", ssh, "--remote-bin", BASE, src, f"root@{B}:{dst_root}/data"], f"{dst_root}/data"
-    if tool == "tern-ssh":
-        return [TERN, "cp", "-r", "--json", "--ssh", ssh, "--remote-bin", TERN, src, f"root@{B}:{dst_root}/data"], f"{dst_root}/data"
+        return [binary, "cp", "-r", "--json", "--ssh", ssh, "--remote-bin", binary, src, f"root@{B}:{dst_root}/data"], f"{dst_root}/data"
     if tool == "tern-first":
         # The far side's login has no tern on PATH and an empty cache (removed before each run).
         cache = dst_root + ".first-cache"
