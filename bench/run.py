@@ -336,6 +336,9 @@ def run_copy(tool, src, meta, srv, timeout):
 def clean_env():
     keep = {k: os.environ[k] for k in ("PATH", "LANG", "TERM") if k in os.environ}
     keep["HOME"] = "/root"
+    # No transfer history (it would carry a learned stream count from one cell into the next);
+    # TERN_HISTORY=FILE keeps one, e.g. to measure `tern plan` against what happened.
+    keep["TERN_HISTORY"] = os.environ.get("TERN_HISTORY", "off")
     keep["PATH"] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     return keep
 

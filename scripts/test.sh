@@ -7,6 +7,10 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+# Transfers record themselves in a history that `tern plan` fits and that picks the next
+# transfer's starting stream count: tests must not teach one another (tests/plan.rs sets its own).
+export TERN_HISTORY=off
+
 need=()
 command -v sshd >/dev/null || [[ -x /usr/sbin/sshd ]] || need+=(openssh-server)
 command -v ssh >/dev/null || need+=(openssh-client)

@@ -42,6 +42,10 @@ pub(crate) enum Command {
     /// control, pacing, MTU, NIC errors, CPU governor, limits, clock, file systems of PATHs):
     /// each finding with why it matters and the command that fixes it.
     Doctor(crate::doctor::DoctorArgs),
+    /// Predict how long copying SRC... to DST will take, from this pair's past transfers
+    /// (start-up, per-byte and per-file costs), with advice; --history: predictions against
+    /// what happened.
+    Plan(crate::plan::PlanArgs),
     /// Print a shell completion script: bash, zsh, fish, elvish or powershell (see README, Install).
     Completions {
         #[arg(value_enum)]

@@ -113,7 +113,7 @@ fn spec(ep: &Endpoint, c: &ConnArgs) -> ClientSpec {
 
 /// Runs one request; an error is one line on stderr and exit status 1 (2: the endpoint does not
 /// parse, a usage error).
-fn ask(endpoint: &str, c: &ConnArgs, op: FsOp, flags: u8) -> Result<Vec<FsEntry>, u8> {
+pub(crate) fn ask(endpoint: &str, c: &ConnArgs, op: FsOp, flags: u8) -> Result<Vec<FsEntry>, u8> {
     let ep = Endpoint::parse(endpoint).map_err(|e| {
         eprintln!("tern: {e}");
         2

@@ -60,6 +60,10 @@ pub(crate) fn transfer(srcs: &[String], dst: &str, recursive: bool, sync: bool, 
         stop_at_first_failure(&progress, started, c.json);
     }
     let seconds = started.elapsed().as_secs_f64();
+    if result.is_ok() && !c.dry_run && Progress::get(&progress.files_failed) == 0 {
+        let files = Progress::get(&progress.files_done) + Progress::get(&progress.files_skipped);
+        crate::plan::record(&spec.sources[0], &spec.dest, Progress::get(&progress.bytes), files, seconds, Progress::get(&progress.streams));
+    }
     if let Some(d) = display {
         d.finish();
     }
@@ -188,7 +192,9 @@ pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: boo
     let local = sources[0].is_local() && dest.is_local();
     // Eight streams fill a 1 Gb/s, 68 ms path even with 4 MiB socket buffers; more come if
     // they help (the ramp). Locally, streams are I/O workers: four keep a disk busy.
-    let streams = c.streams.unwrap_or(if local { 4 } else { 8 }).clamp(1, 64);
+    // A pair whose last large transfer ramped higher starts there (`plan::learned_streams`).
+    let default_streams = if local { 4 } else { crate::plan::learned_streams(&crate::history::pair_key(&sources[0], &dest)).unwrap_or(8).max(8) };
+    let streams = c.streams.unwrap_or(default_streams).clamp(1, 64);
     let mut options = Options { flags: 0, chunk_size, streams, concurrency: c.concurrency.unwrap_or(0).min(1 << 20) };
     options.set_recursive(recursive);
     options.set_sync(sync);
