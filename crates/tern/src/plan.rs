@@ -67,7 +67,9 @@ pub(crate) fn fit(samples: &[(u64, u64, f64)]) -> Option<Model> {
         return None;
     }
     let mut best: Option<(f64, usize, [f64; 3])> = None;
-    for mask in 1u8..8 {
+    // Bit 0 start-up, 1 per-byte, 2 per-file. On a tie between subsets of one size the earlier
+    // wins: a rate before a fixed time (one record is a rate, not a constant duration).
+    for mask in [0b010u8, 0b011, 0b110, 0b111, 0b001, 0b100, 0b101] {
         let terms: Vec<usize> = (0..3).filter(|i| mask & (1 << i) != 0).collect();
         if terms.len() > rows.len() {
             continue;
@@ -342,10 +344,10 @@ mod tests {
     fn one_sample_gives_a_rate_and_no_invented_costs() {
         let m = fit(&[(1 << 30, 10, 10.0)]).unwrap();
         assert_eq!(m.samples, 1);
-        // One term only, whichever explains the sample exactly.
-        let nonzero = [m.startup_s, m.per_gb_s, m.per_1000_files_s].iter().filter(|c| **c > 0.0).count();
-        assert_eq!(nonzero, 1, "{m:?}");
+        // A rate: twice the bytes, twice the time.
+        assert_eq!((m.startup_s, m.per_1000_files_s), (0.0, 0.0), "{m:?}");
         assert!((m.predict(1 << 30, 10) - 10.0).abs() < 1e-9);
+        assert!((m.predict(2 << 30, 10) - 20.0).abs() < 1e-9);
     }
 
     #[test]
