@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use tern_proto::{Entry, EntryKind};
 
 use crate::error::{Side, TransferError};
-use crate::fsops::{self, Beneath, Tag};
+use crate::store::fsops::{self, Beneath, Tag};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mapping {
@@ -208,7 +208,7 @@ mod tests {
             for (contents, kind) in [(false, EntryKind::Dir), (true, EntryKind::Dir), (false, EntryKind::File)] {
                 let r = decide(Some(&b), &root.join(dest), contents, false, &entry(b"src", kind), false);
                 if let Ok(l) = r {
-                    assert!(crate::fsops::DestRoot::open(Some(&b), &l.root).is_err(), "{dest}: its root opens outside");
+                    assert!(crate::store::fsops::DestRoot::open(Some(&b), &l.root).is_err(), "{dest}: its root opens outside");
                 }
             }
         }
