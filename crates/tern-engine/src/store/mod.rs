@@ -12,9 +12,10 @@
 //! `..` component; the empty path is the store's root. Every operation refuses anything else and
 //! confines what it resolves beneath the root (a symlink out is refused, never followed).
 //!
-//! Used so far: `--delete` and its dry-run plan, symlinks and directory metadata (`receiver.rs:
-//! finish`), `tern rm` (`remote_fs.rs`). Partial files (`open_part`, `Part`) are still written by
-//! the receiver through `fsops` directly; until it moves onto `Part`, only the tests call them.
+//! Used so far: `--delete` and its dry-run plan, symlinks and directory metadata
+//! (`driver/receiver.rs: finish`), `tern rm` (`fs_request.rs`). Partial files (`open_part`,
+//! `Part`) are still written by the receiver through `fsops` directly; until it moves onto
+//! `Part`, only the tests call them.
 #![cfg_attr(not(test), allow(dead_code, reason = "the receiver's part writing moves onto `Part` next (issue 13); the conformance tests use all of it"))]
 
 use std::collections::HashSet;
