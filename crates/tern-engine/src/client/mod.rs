@@ -4,6 +4,6 @@
 
 pub mod bootstrap;
 pub mod hook;
-pub mod relay;
+pub(crate) mod relay;
 pub mod remote_fs;
 pub mod session;

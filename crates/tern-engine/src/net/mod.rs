@@ -8,5 +8,5 @@ pub mod dial;
 pub mod handshake;
 pub mod ratelimit;
 pub mod seal;
-pub mod sshmux;
+pub(crate) mod sshmux;
 pub mod transport;

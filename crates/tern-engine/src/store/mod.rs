@@ -39,11 +39,11 @@ pub(crate) mod fs_request;
 #[warn(dead_code)]
 pub mod fsops;
 #[warn(dead_code)]
-pub mod hashing;
+pub(crate) mod hashing;
 #[warn(dead_code)]
-pub mod journal;
+pub(crate) mod journal;
 #[warn(dead_code)]
-pub mod layout;
+pub(crate) mod layout;
 #[warn(dead_code)]
 pub mod roots;
 #[warn(dead_code)]
