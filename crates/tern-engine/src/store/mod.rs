@@ -2,8 +2,8 @@
 //! every store implements and one conformance suite (`conformance.rs`) that every store passes.
 //! The contract in prose, with the reasons: `docs/store.md`.
 //!
-//! Only the destination half (`Sink`, `Part`) exists so far. Implementations: [`posix::PosixSink`]
-//! (today's descriptor-relative code over `fsops` and `journal`) and [`mem::MemSink`] (in memory,
+//! Only the destination half (`Sink`, `Part`) exists so far. Implementations: `posix::PosixSink`
+//! (today's descriptor-relative code over `fsops` and `journal`) and `mem::MemSink` (in memory,
 //! deterministic, with a power-loss model, for simulations and tests). The interface is shaped for
 //! an object store next (a chunk is a multipart part, `publish` is CompleteMultipartUpload) and for
 //! a striped writer (several writers on one `Part` at disjoint chunk offsets).
