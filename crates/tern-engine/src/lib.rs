@@ -1,33 +1,29 @@
 //! tern's transfer engine: everything between the protocol core and the command line.
 //!
-//! A session has one control channel and N data streams. [`sender::Sending`] walks the source
-//! and serves wanted chunks; [`receiver::Receiving`] decides what it needs, verifies, writes and
-//! renames. [`session`] sets both up over ssh, a daemon or in-process, and retries with resume.
+//! A session has one control channel and N data streams. [`driver::sender::Sending`] walks the
+//! source and serves wanted chunks; [`driver::receiver::Receiving`] decides what it needs,
+//! verifies, writes and renames. [`client::session`] sets both up over ssh, a daemon or
+//! in-process, and retries with resume; [`server`] is the far end, a daemon or `tern _remote`.
+//!
+//! The folders are the architecture, and their imports follow rules checked by
+//! `tests/dependency_rules.rs` (ARCHITECTURE.md, "Dependency rules"):
+//!
+//! - [`store`]: source and destination file I/O; knows nothing of sockets.
+//! - [`net`]: bytes on the wire (control channel, data streams, TLS, handshake); knows nothing
+//!   of files.
+//! - [`driver`]: executes the tern-proto machines' actions and owns the data-plane threads.
+//! - [`client`]: the requesting side: local, ssh, daemon, reverse and relay sessions, hook and
+//!   file-system requests.
+//! - [`server`]: the serving side: the daemon's accept loop, `tern _remote`, hooks.
+//! - at the root, cross-cutting: errors, limits, progress, endpoints, fault injection.
 
-pub mod bootstrap;
-pub mod control;
-pub mod datastream;
-pub mod dial;
+pub mod client;
+pub mod driver;
 pub mod endpoint;
 pub mod error;
 pub mod faults;
-pub mod fsops;
-pub mod handshake;
-pub mod hashing;
-pub mod hook;
-pub mod journal;
-pub mod layout;
 pub mod limits;
+pub mod net;
 pub mod progress;
-pub mod ratelimit;
-pub mod receiver;
-pub mod relay;
-pub mod remote_fs;
-pub mod seal;
-pub mod sender;
 pub mod server;
-pub mod session;
-pub mod sshmux;
-pub(crate) mod store;
-pub mod transport;
-pub mod walk;
+pub mod store;

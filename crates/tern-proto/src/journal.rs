@@ -4,7 +4,7 @@
 //! loss (stale records) or a local user (anything at all) may have left it. The parser never
 //! panics, allocates nothing the header asks for, and returns at most one record per chunk the
 //! header's size and chunk size make, each with an index below that count. `tern-engine`
-//! (`journal.rs`) opens, appends and streams the file through [`Replay`].
+//! (`store/journal.rs`) opens, appends and streams the file through [`Replay`].
 
 use std::collections::BTreeMap;
 

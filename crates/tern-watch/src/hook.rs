@@ -3,8 +3,8 @@
 
 use std::process::{Command, Stdio};
 
+use tern_engine::client::session::ClientSpec;
 use tern_engine::endpoint::Endpoint;
-use tern_engine::session::ClientSpec;
 
 #[derive(Clone, Debug)]
 pub enum Hook {
@@ -78,7 +78,7 @@ pub fn run(hook: &Hook, env: &HookEnv) -> Result<(), HookError> {
                 Endpoint::Ssh { port, .. } => *port,
                 _ => None,
             };
-            let mut c = tern_engine::session::ssh_command(spec, host, port);
+            let mut c = tern_engine::client::session::ssh_command(spec, host, port);
             c.arg(script).stdin(Stdio::null());
             if let Ok(fd) = std::os::fd::AsFd::as_fd(&std::io::stderr()).try_clone_to_owned() {
                 c.stdout(Stdio::from(fd));
@@ -91,7 +91,7 @@ pub fn run(hook: &Hook, env: &HookEnv) -> Result<(), HookError> {
             }
         }
         Hook::Daemon { spec, name } => {
-            tern_engine::hook::run_on_daemon(spec, name, &env.unit_path).map_err(|e| HookError { network: e.scope == tern_engine::error::Scope::Network, message: e.to_string() })
+            tern_engine::client::hook::run_on_daemon(spec, name, &env.unit_path).map_err(|e| HookError { network: e.scope == tern_engine::error::Scope::Network, message: e.to_string() })
         }
     }
 }

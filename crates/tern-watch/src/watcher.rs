@@ -10,9 +10,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::{Sender, select, unbounded};
 use serde::Serialize;
+use tern_engine::client::session::ClientSpec;
 use tern_engine::endpoint::Endpoint;
 use tern_engine::progress::Progress;
-use tern_engine::session::ClientSpec;
 
 use crate::hook::{self, Hook, HookEnv, HookError};
 use crate::rules::{Detector, ReadyRule};
@@ -144,7 +144,7 @@ fn ship(template: &ClientSpec, src: &Path, name: &str, progress: &Arc<Progress>)
     spec.dest = unit_dest(&template.dest, name);
     spec.options.set_recursive(true);
     spec.options.set_contents(is_dir);
-    let r = tern_engine::session::run(&spec, progress);
+    let r = tern_engine::client::session::run(&spec, progress);
     let errors = progress.errors.lock().unwrap().clone();
     match r {
         Err(e) => Err((e.side.as_str(), e.to_string())),

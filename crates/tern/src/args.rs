@@ -270,14 +270,14 @@ pub(crate) struct ServeArgs {
     pub(crate) token_file: PathBuf,
     /// An arrival hook clients may ask for by name (`tern watch --on-arrival NAME`): NAME=CMD,
     /// repeatable. CMD runs under sh with TERN_UNIT_PATH set to the unit's path in a root.
-    #[arg(long, value_parser = tern_engine::hook::parse_hook)]
+    #[arg(long, value_parser = tern_engine::server::hook::parse_hook)]
     pub(crate) hook: Vec<(String, String)>,
     /// A peer this daemon may open data streams to when it is the source of a third-party
     /// transfer (tern://HERE to tern://ELSEWHERE): HOST, HOST:PORT, an address, [IPv6]:PORT or
     /// a CIDR like 10.0.0.0/8; repeatable. None (the default): such transfers are refused,
     /// since the client names the address. See docs/security.md.
-    #[arg(long, value_name = "HOST[:PORT]|CIDR", value_parser = tern_engine::dial::parse_allow)]
-    pub(crate) dial_allow: Vec<tern_engine::dial::Allow>,
+    #[arg(long, value_name = "HOST[:PORT]|CIDR", value_parser = tern_engine::net::dial::parse_allow)]
+    pub(crate) dial_allow: Vec<tern_engine::net::dial::Allow>,
     /// Refuse third-party transfers (the default without --dial-allow; kept for old scripts).
     #[arg(long, hide = true, conflicts_with = "dial_allow")]
     pub(crate) no_third_party: bool,

@@ -1,6 +1,6 @@
 //! `tern ls`, `tern stat`, `tern mkdir`, `tern rm`: on a local path, `[user@]host:path` (over
 //! ssh, as a transfer connects) or `tern://host[:port]/path` (a daemon, confined to its roots).
-//! The work is the engine's (`tern_engine::remote_fs`); this prints the answer.
+//! The work is the engine's (`tern_engine::client::remote_fs`); this prints the answer.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
+use tern_engine::client::session::ClientSpec;
 use tern_engine::endpoint::Endpoint;
-use tern_engine::session::ClientSpec;
 use tern_proto::msg::{FS_FORCE, FS_PARENTS, FS_RECURSIVE};
 use tern_proto::{FsEntry, FsKind, FsOp, Options};
 
@@ -118,7 +118,7 @@ pub(crate) fn ask(endpoint: &str, c: &ConnArgs, op: FsOp, flags: u8) -> Result<V
         eprintln!("tern: {e}");
         2
     })?;
-    tern_engine::remote_fs::request(&spec(&ep, c), &ep, op, flags).map_err(|e| {
+    tern_engine::client::remote_fs::request(&spec(&ep, c), &ep, op, flags).map_err(|e| {
         eprintln!("tern: {e}");
         1
     })

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
-use tern_engine::server::Roots;
+use tern_engine::store::roots::Roots;
 
 use crate::args::ServeArgs;
 
@@ -33,9 +33,12 @@ pub(crate) fn serve(a: ServeArgs) -> Result<ExitCode> {
         bail!("--auth-timeout {}: give seconds between 0 and 3600", a.auth_timeout);
     }
     let limits = tern_engine::limits::Limits { max_connections: a.max_connections as usize, max_sessions: a.max_sessions as usize, auth_timeout: std::time::Duration::from_secs_f64(a.auth_timeout) };
-    let config =
-        tern_engine::server::DaemonConfig { limits, dial: tern_engine::dial::DialPolicy { allow: if a.no_third_party { Vec::new() } else { a.dial_allow } }, allow_links_out: a.allow_links_out };
-    tern_engine::server::serve_daemon(listener, Roots::Confined(roots), secret, Arc::new(a.hook.into_iter().collect()), config)?;
+    let config = tern_engine::server::session::DaemonConfig {
+        limits,
+        dial: tern_engine::net::dial::DialPolicy { allow: if a.no_third_party { Vec::new() } else { a.dial_allow } },
+        allow_links_out: a.allow_links_out,
+    };
+    tern_engine::server::session::serve_daemon(listener, Roots::Confined(roots), secret, Arc::new(a.hook.into_iter().collect()), config)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -51,7 +54,7 @@ fn load_or_create_token(path: &PathBuf) -> Result<Vec<u8>> {
             Ok(t)
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let secret = tern_engine::session::hex(&tern_engine::transport::random::<32>());
+            let secret = tern_engine::client::session::hex(&tern_engine::net::transport::random::<32>());
             let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path).with_context(|| format!("cannot create token file {}", path.display()))?;
             f.write_all(secret.as_bytes())?;
             f.write_all(b"\n")?;

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use tern_engine::client::session::{ClientSpec, SshOptions};
 use tern_engine::endpoint::Endpoint;
 use tern_engine::progress::Progress;
-use tern_engine::session::{ClientSpec, SshOptions};
 use tern_proto::Options;
 
 use crate::args::{Common, Fsync, Verify};
@@ -32,7 +32,7 @@ pub(crate) fn transfer(srcs: &[String], dst: &str, recursive: bool, sync: bool, 
     refuse_copy_into_itself(srcs, dst, sync || c.files_from.is_some() || srcs.iter().any(|s| contents_of(s)))?;
     let mut spec = client_spec(srcs, dst, recursive, sync, checksum, delete, c)?;
     // Remote globs (`'host:/dir/*.h5'`) are expanded on the far side, as scp and rsync do.
-    if !sync && let Err(e) = tern_engine::remote_fs::expand_sources(&mut spec) {
+    if !sync && let Err(e) = tern_engine::client::remote_fs::expand_sources(&mut spec) {
         return Ok(output::report(&progress, Err(e), 0.0, c.json, c.dry_run, c.quiet));
     }
     if c.compat.compress && !c.quiet {
@@ -55,7 +55,7 @@ pub(crate) fn transfer(srcs: &[String], dst: &str, recursive: bool, sync: bool, 
             }
         });
     }
-    let result = tern_engine::session::run(&spec, &progress);
+    let result = tern_engine::client::session::run(&spec, &progress);
     if c.fail_fast && !progress.errors.lock().unwrap().is_empty() {
         stop_at_first_failure(&progress, started, c.json);
     }
@@ -224,7 +224,7 @@ pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: boo
         retry_for: Duration::from_secs(c.retry_for),
         filters: c.filters.rules.clone(),
         files_from,
-        fences: tern_engine::session::Fences { src: c.src_beneath.clone(), dst: c.dst_beneath.clone() },
+        fences: tern_engine::client::session::Fences { src: c.src_beneath.clone(), dst: c.dst_beneath.clone() },
     };
     Ok(spec)
 }
@@ -334,9 +334,9 @@ pub(crate) fn ssh_options(ssh: Option<&str>, remote_bin: Option<String>, install
         command: ssh.map(|s| s.split_whitespace().map(str::to_string).collect()).unwrap_or_default(),
         remote_bin,
         install: match (install_remote, no_install) {
-            (true, _) => tern_engine::bootstrap::Install::Always,
-            (_, true) => tern_engine::bootstrap::Install::Never,
-            _ => tern_engine::bootstrap::Install::IfMissing,
+            (true, _) => tern_engine::client::bootstrap::Install::Always,
+            (_, true) => tern_engine::client::bootstrap::Install::Never,
+            _ => tern_engine::client::bootstrap::Install::IfMissing,
         },
         port_range: None,
         reverse: false,

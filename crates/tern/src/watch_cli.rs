@@ -85,8 +85,8 @@ pub(crate) fn run(a: WatchArgs) -> Result<ExitCode> {
     if let Endpoint::Local(p) = Endpoint::parse(&dst).map_err(anyhow::Error::msg)? {
         let made = match &c.dst_beneath {
             // A service's watch job: made beneath the job's fence, through no link that leaves it.
-            Some(fence) => tern_engine::fsops::Beneath::open(fence)
-                .and_then(|b| tern_engine::fsops::DestRoot::open(Some(&b), fence))
+            Some(fence) => tern_engine::store::fsops::Beneath::open(fence)
+                .and_then(|b| tern_engine::store::fsops::DestRoot::open(Some(&b), fence))
                 .and_then(|root| root.mkdir_all(p.strip_prefix(fence).map_err(|_| std::io::Error::from_raw_os_error(libc::EXDEV))?.as_os_str().as_encoded_bytes()))
                 .map(|_| ()),
             None => std::fs::create_dir_all(&p).and_then(|()| p.canonicalize()).map(|real| dst = real.display().to_string()),
@@ -104,7 +104,7 @@ pub(crate) fn run(a: WatchArgs) -> Result<ExitCode> {
         make.files_from = None;
         // The empty source is ours, not beneath the job's source fence.
         make.fences.src = None;
-        tern_engine::session::run(&make, &Arc::new(tern_engine::progress::Progress::default())).map_err(|e| anyhow::anyhow!("{e}"))?;
+        tern_engine::client::session::run(&make, &Arc::new(tern_engine::progress::Progress::default())).map_err(|e| anyhow::anyhow!("{e}"))?;
     }
     let hook = a.on_arrival.as_deref().map(|h| Hook::for_destination(&template, h));
     let state_dir = match &a.state_dir {

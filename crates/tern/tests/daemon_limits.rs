@@ -11,7 +11,7 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::*;
-use tern_engine::control::{CtrlReader, CtrlWriter};
+use tern_engine::net::control::{CtrlReader, CtrlWriter};
 use tern_proto::Control;
 use tern_proto::msg::{Options, Role};
 
@@ -147,12 +147,12 @@ fn authenticated(d: &Daemon) -> (CtrlReader, CtrlWriter, TcpStream) {
     let sock = TcpStream::connect(("127.0.0.1", d.port)).unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     (&sock).write_all(b"C").unwrap();
-    let (halves, exporter) = tern_engine::transport::tls_control_client(sock.try_clone().unwrap()).unwrap();
+    let (halves, exporter) = tern_engine::net::transport::tls_control_client(sock.try_clone().unwrap()).unwrap();
     let mut r = CtrlReader::new(halves.reader);
     let w = CtrlWriter::new(halves.writer);
     let secret = fs::read(&d.token).unwrap();
     let key = tern_proto::auth::token_key(secret.trim_ascii());
-    tern_engine::handshake::client(&mut r, &w, &key, &exporter, "the daemon", false, None).unwrap();
+    tern_engine::net::handshake::client(&mut r, &w, &key, &exporter, "the daemon", false, None).unwrap();
     (r, w, sock)
 }
 

@@ -13,7 +13,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use common::*;
-use tern_engine::control::{CtrlReader, CtrlWriter};
+use tern_engine::net::control::{CtrlReader, CtrlWriter};
 use tern_proto::{Control, FsOp};
 
 /// `tern ARGS` with a time limit (no `--json` added: some of these print JSON lines).
@@ -188,11 +188,11 @@ fn authenticated(d: &Daemon) -> (CtrlReader, CtrlWriter, TcpStream) {
     let sock = TcpStream::connect(("127.0.0.1", d.port)).unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     (&sock).write_all(b"C").unwrap();
-    let (halves, exporter) = tern_engine::transport::tls_control_client(sock.try_clone().unwrap()).unwrap();
+    let (halves, exporter) = tern_engine::net::transport::tls_control_client(sock.try_clone().unwrap()).unwrap();
     let mut r = CtrlReader::new(halves.reader);
     let w = CtrlWriter::new(halves.writer);
     let key = tern_proto::auth::token_key(fs::read(&d.token).unwrap().trim_ascii());
-    tern_engine::handshake::client(&mut r, &w, &key, &exporter, "the daemon", true, None).unwrap();
+    tern_engine::net::handshake::client(&mut r, &w, &key, &exporter, "the daemon", true, None).unwrap();
     (r, w, sock)
 }
 

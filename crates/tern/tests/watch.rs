@@ -336,8 +336,8 @@ fn daemon_killed_mid_stream_hooks_run_once_in_order() {
 /// path outside the daemon's root.
 #[test]
 fn daemon_runs_only_registered_hooks_inside_its_root() {
+    use tern_engine::client::session::{ClientSpec, SshOptions};
     use tern_engine::endpoint::Endpoint;
-    use tern_engine::session::{ClientSpec, SshOptions};
     let t = scratch();
     let root = t.path().join("root");
     fs::create_dir_all(root.join("unit")).unwrap();
@@ -371,15 +371,15 @@ fn daemon_runs_only_registered_hooks_inside_its_root() {
         ("record".to_string(), "/missing".to_string(), "no such unit"),
     ];
     for (name, path, why) in &refused {
-        let e = tern_engine::hook::run_on_daemon(&spec, name, path).unwrap_err();
+        let e = tern_engine::client::hook::run_on_daemon(&spec, name, path).unwrap_err();
         assert!(e.to_string().contains(why), "{name} {path}: {e}");
     }
     assert!(!pwned.exists() && !ran.exists(), "a refused request ran something");
-    tern_engine::hook::run_on_daemon(&spec, "record", "/unit").unwrap();
+    tern_engine::client::hook::run_on_daemon(&spec, "record", "/unit").unwrap();
     assert_eq!(lines_of(&ran), vec![root.canonicalize().unwrap().join("unit").display().to_string()]);
     // A hook name longer than the protocol's bound is refused before it is sent.
     let long = "a".repeat(100);
-    assert!(tern_engine::hook::run_on_daemon(&spec, &long, "/unit").is_err());
+    assert!(tern_engine::client::hook::run_on_daemon(&spec, &long, "/unit").is_err());
 }
 
 /// Production outruns the link (--bwlimit): backlog and lag grow and are reported, the ETA

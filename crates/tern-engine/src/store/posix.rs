@@ -20,9 +20,9 @@ use tern_proto::path::{file_name, parent};
 
 use super::{EntryType, Features, Kind, Listed, Meta, Part, PartSpec, Result, Resume, Sink, Stat, StoreError, check, check_entry, join};
 use crate::faults::chunk_hash;
-use crate::fsops::{self, Beneath, DestRoot, Dir};
-use crate::hashing::is_zero;
-use crate::journal::{Journal, JournalHeader};
+use crate::store::fsops::{self, Beneath, DestRoot, Dir};
+use crate::store::hashing::is_zero;
+use crate::store::journal::{Journal, JournalHeader};
 
 /// A destination directory. `links_beneath`: refuse a symlink whose target could resolve outside
 /// that root (a daemon's, unless `serve --allow-links-out`), judged by where the kernel puts the
@@ -483,7 +483,7 @@ pub(crate) mod tests {
         }
     }
 
-    use crate::fsops::Tag;
+    use crate::store::fsops::Tag;
 
     #[test]
     fn beneath_a_daemon_root_links_that_could_leave_it_are_refused() {

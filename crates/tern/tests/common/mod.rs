@@ -124,7 +124,7 @@ pub(crate) fn is_tern_name(name: &str) -> bool {
 /// The journal tern keeps in `dir` for a file `name` being received there.
 pub(crate) fn journal_path(dir: &Path, name: &str) -> PathBuf {
     let fd = fs::File::open(dir).unwrap();
-    dir.join(std::ffi::OsStr::from_bytes(&tern_engine::fsops::Tag::of(&fd).unwrap().temp_names(name.as_bytes()).1))
+    dir.join(std::ffi::OsStr::from_bytes(&tern_engine::store::fsops::Tag::of(&fd).unwrap().temp_names(name.as_bytes()).1))
 }
 
 /// No temporaries or markers left anywhere under `root`.

@@ -12,10 +12,10 @@ use std::path::{Path, PathBuf};
 use tern_proto::{Entry, EntryKind};
 
 use crate::error::{Side, TransferError};
-use crate::fsops::{self, Beneath, Tag};
+use crate::store::fsops::{self, Beneath, Tag};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Mapping {
+pub(crate) enum Mapping {
     /// Entry paths are used as they are, under the root.
     Identity,
     /// The first component (the source's name) is replaced by `new_base` (empty: the root).
@@ -23,15 +23,15 @@ pub enum Mapping {
 }
 
 #[derive(Debug, Clone)]
-pub struct Layout {
-    pub root: PathBuf,
-    pub mapping: Mapping,
+pub(crate) struct Layout {
+    pub(crate) root: PathBuf,
+    pub(crate) mapping: Mapping,
     /// The marker (a name in the root) to remove when the transfer completes.
-    pub marker: Option<Vec<u8>>,
+    pub(crate) marker: Option<Vec<u8>>,
     /// The root is a mirror of the source (sync): `--delete` may remove extras under it.
-    pub mirror: bool,
+    pub(crate) mirror: bool,
     /// This session created the root, so nothing stood in it before.
-    pub created_root: bool,
+    pub(crate) created_root: bool,
 }
 
 fn fatal(msg: String) -> TransferError {
@@ -79,7 +79,7 @@ fn write_marker(beneath: Option<&Beneath>, dest: &Path, base: &[u8]) -> std::io:
 
 /// Decides the layout from the destination's state and the first manifest entry. Beneath a
 /// daemon's root every look and every creation resolves beneath it at the moment it is made.
-pub fn decide(beneath: Option<&Beneath>, dest: &Path, contents: bool, multi: bool, first: &Entry, dry_run: bool) -> Result<Layout, TransferError> {
+pub(crate) fn decide(beneath: Option<&Beneath>, dest: &Path, contents: bool, multi: bool, first: &Entry, dry_run: bool) -> Result<Layout, TransferError> {
     let md = kind(beneath, dest).map_err(|e| io_fatal(dest, "cannot open", &e))?;
     let show = dest.display();
     if contents || multi {
@@ -140,7 +140,7 @@ fn io_fatal(p: &Path, what: &str, e: &std::io::Error) -> TransferError {
 impl Layout {
     /// The path under the root for an entry, or `None` if it does not belong to the source
     /// the layout was decided for.
-    pub fn map(&self, path: &[u8]) -> Option<Vec<u8>> {
+    pub(crate) fn map(&self, path: &[u8]) -> Option<Vec<u8>> {
         match &self.mapping {
             Mapping::Identity => Some(path.to_vec()),
             Mapping::Strip { base, new_base } => {
@@ -208,7 +208,7 @@ mod tests {
             for (contents, kind) in [(false, EntryKind::Dir), (true, EntryKind::Dir), (false, EntryKind::File)] {
                 let r = decide(Some(&b), &root.join(dest), contents, false, &entry(b"src", kind), false);
                 if let Ok(l) = r {
-                    assert!(crate::fsops::DestRoot::open(Some(&b), &l.root).is_err(), "{dest}: its root opens outside");
+                    assert!(crate::store::fsops::DestRoot::open(Some(&b), &l.root).is_err(), "{dest}: its root opens outside");
                 }
             }
         }

@@ -15,53 +15,16 @@ use tern_proto::filter::{Filter, FilterRule};
 use tern_proto::msg::{FEATURE_FILE_LIST, FEATURE_FILTERS, FEATURE_HARD_LINKS, FEATURE_IGNORE_EXISTING, FEATURE_STREAM_RESET, Role, Summary};
 use tern_proto::{Control, Options};
 
-use crate::control::{CtrlReader, CtrlWriter};
-use crate::datastream::{DataConn, Preconnected, StreamAuth, connect_stream};
+use crate::driver::receiver::{ReceiverParams, Receiving, WINDOW_BYTES, window_files_for};
+use crate::driver::sender::{Reopen, SendMemory, SenderParams, Sending};
 use crate::endpoint::Endpoint;
 use crate::error::{Scope, Side, TransferError};
+use crate::net::control::{CtrlReader, CtrlWriter};
+use crate::net::datastream::{DataConn, Preconnected, StreamAuth, connect_stream};
+use crate::net::ratelimit::RateLimit;
+use crate::net::transport::{ControlHalves, Stream, connect_any, random, tls_control_client, tune_socket};
 use crate::progress::Progress;
-use crate::ratelimit::RateLimit;
-use crate::receiver::{ReceiverParams, Receiving};
-use crate::sender::{Reopen, SendMemory, SenderParams, Sending};
-use crate::server::source_spec;
-use crate::transport::{ControlHalves, Stream, random, tls_control_client, tune_socket};
-use crate::walk::SourceSpec;
-
-/// Flow-control window of the receiver: wanted-but-unfinished bytes and files.
-pub const WINDOW_BYTES: u64 = 512 << 20;
-/// Files in flight by default. Keeping a long fat path busy with small files takes many: 1 Gb/s
-/// over 68 ms holds 2,000 files of 4 KiB, and each also waits for its batch to be made durable.
-/// A file in flight holds up to two descriptors at the receiver (its temporary, opened when its
-/// first chunk arrives, and its journal when it has more than one chunk); directories come from
-/// the directory cache, counted apart. So the window is what this process's descriptor limit
-/// allows after the directory cache and a reserve for sockets, the sender's open files (local
-/// copies run both sides in one process) and the walk: a quarter of the limit, 48 to 160.
-/// Each receiver computes its own: its limit paces the sender. Under `ulimit -n 256` that is
-/// 80 files (the 52,073-file Rust sysroot at 68 ms: 188 s with the earlier 21, which counted
-/// directories twice and kept 160 in reserve); a limit met anyway slows the window down.
-pub fn window_files() -> usize {
-    const MAX: usize = 16384;
-    const PER_FILE: usize = 2;
-    let limit = descriptor_limit();
-    let reserve = (limit / 4).clamp(48, 160);
-    (limit.saturating_sub(reserve + dir_cache_size()) / PER_FILE).clamp(4, MAX)
-}
-
-/// How many directory descriptors the receiver keeps open for reuse.
-pub fn dir_cache_size() -> usize {
-    (descriptor_limit() / 8).clamp(16, 512)
-}
-
-/// A window the client asked for (`--concurrency`) never goes past what descriptors allow.
-pub fn window_files_for(asked: u32) -> usize {
-    if asked == 0 { window_files() } else { (asked as usize).min(window_files()) }
-}
-
-/// This process's soft descriptor limit (1024 if it cannot be read).
-pub fn descriptor_limit() -> usize {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 { lim.rlim_cur.min(1 << 24) as usize } else { 1024 }
-}
+use crate::store::walk::{SourceSpec, source_spec};
 
 #[derive(Clone, Debug, Default)]
 pub struct SshOptions {
@@ -70,7 +33,7 @@ pub struct SshOptions {
     /// Path of tern on the remote host; by default `tern` on PATH, then the install cache.
     pub remote_bin: Option<String>,
     /// Whether a far side without this build gets it (`docs/install.md`).
-    pub install: crate::bootstrap::Install,
+    pub install: crate::client::bootstrap::Install,
     pub port_range: Option<(u16, u16)>,
     /// The remote side connects back to us (only outbound connections allowed there).
     pub reverse: bool,
@@ -113,8 +76,10 @@ pub struct Fences {
     pub dst: Option<PathBuf>,
 }
 
-fn fence(dir: &Option<PathBuf>, side: Side) -> Result<Option<Arc<crate::fsops::Beneath>>, TransferError> {
-    dir.as_ref().map(|d| crate::fsops::Beneath::open(d).map(Arc::new).map_err(|e| TransferError::io(side, d.display().to_string(), "cannot open the confining directory", &e).into_fatal())).transpose()
+fn fence(dir: &Option<PathBuf>, side: Side) -> Result<Option<Arc<crate::store::fsops::Beneath>>, TransferError> {
+    dir.as_ref()
+        .map(|d| crate::store::fsops::Beneath::open(d).map(Arc::new).map_err(|e| TransferError::io(side, d.display().to_string(), "cannot open the confining directory", &e).into_fatal()))
+        .transpose()
 }
 
 /// Runs a whole transfer. Per-file failures are in `progress.errors`; `Err` is a failure of the
@@ -215,7 +180,7 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
     let run = ClientRun { spec, progress, memory, rate };
     let push = spec.sources.iter().all(Endpoint::is_local);
     if !push && !spec.dest.is_local() {
-        return crate::relay::attempt(spec, progress, memory);
+        return crate::client::relay::attempt(spec, progress, memory);
     }
     let remote = if push { &spec.dest } else { &spec.sources[0] };
     let mut options = spec.options;
@@ -260,7 +225,7 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
         }
         Endpoint::Ssh { host, port, path } => {
             let reverse = if spec.ssh.reverse {
-                let l = crate::server::bind_range(spec.ssh.port_range).map_err(|e| TransferError::fatal(Side::Network, format!("--reverse: cannot listen: {e}")))?;
+                let l = crate::net::datastream::bind_range(spec.ssh.port_range).map_err(|e| TransferError::fatal(Side::Network, format!("--reverse: cannot listen: {e}")))?;
                 Some(l)
             } else {
                 None
@@ -289,8 +254,8 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
                     Err(e) => tracing::debug!("early data address ignored: {e}"),
                 };
                 // --reverse: we listen, and the server announces nothing.
-                let listening: crate::handshake::OnListening = if reverse.is_some() { None } else { Some(&mut on_listening) };
-                let (session_key, rtt, features) = crate::handshake::client(&mut reader, &writer, &key, &[0; 32], host, pipelined, listening)?;
+                let listening: crate::net::handshake::OnListening = if reverse.is_some() { None } else { Some(&mut on_listening) };
+                let (session_key, rtt, features) = crate::net::handshake::client(&mut reader, &writer, &key, &[0; 32], host, pipelined, listening)?;
                 send_filters(&writer, features, spec, !push, &format!("the tern on {host}"))?;
                 options.set_hard_links(options.hard_links() && features & FEATURE_HARD_LINKS != 0);
                 // A data stream's TCP connect is a cleaner sample than a message through ssh
@@ -330,11 +295,11 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
 /// A daemon's control channel on a connected socket: the kind byte, TLS, `Hello` and `Auth`
 /// (pipelined). The reader, writer, session key and the daemon's feature bits.
 pub(crate) fn daemon_handshake(sock: TcpStream, addr: &str, key: &[u8; 32]) -> Result<(CtrlReader, CtrlWriter, [u8; 32], u64), TransferError> {
-    (&sock).write_all(b"C").map_err(crate::control::net_err)?;
+    (&sock).write_all(b"C").map_err(crate::net::control::net_err)?;
     let (halves, exporter) = tls_control_client(sock).map_err(|e| TransferError::network(format!("{addr}: TLS handshake failed: {e}")))?;
     let mut reader = CtrlReader::new(halves.reader);
     let writer = CtrlWriter::new(halves.writer);
-    let (session_key, _, features) = crate::handshake::client(&mut reader, &writer, key, &exporter, &format!("the daemon at {addr}"), true, None)?;
+    let (session_key, _, features) = crate::net::handshake::client(&mut reader, &writer, key, &exporter, &format!("the daemon at {addr}"), true, None)?;
     Ok((reader, writer, session_key, features))
 }
 
@@ -361,7 +326,7 @@ impl ControlSession {
                 let mut conn = SshConn::spawn(spec, host, *port, &secret, None, progress)?;
                 let mut reader = CtrlReader::new(conn.stdout.take().unwrap());
                 let writer = CtrlWriter::new(conn.stdin.take().unwrap());
-                match crate::handshake::client(&mut reader, &writer, &key, &[0; 32], host, true, None) {
+                match crate::net::handshake::client(&mut reader, &writer, &key, &[0; 32], host, true, None) {
                     Ok((_, _, features)) => Ok(Self { reader, writer, features, peer: format!("the tern on {host}"), ssh: Some(conn) }),
                     Err(e) => Err(conn.explain(e)),
                 }
@@ -429,7 +394,7 @@ pub(crate) fn send_filters(writer: &CtrlWriter, features: u64, spec: &ClientSpec
             return Err(too_old("--files-from"));
         }
         // Cut by count and by bytes: 4,096 paths of 4 KiB each would be 16 MiB in one frame.
-        for part in crate::session::byte_bounded(list, tern_proto::limits::MAX_LIST, tern_proto::limits::MAX_CONTROL_FRAME as usize / 2) {
+        for part in crate::client::session::byte_bounded(list, tern_proto::limits::MAX_LIST, tern_proto::limits::MAX_CONTROL_FRAME as usize / 2) {
             writer.send(&Control::FileList(part.to_vec()))?;
         }
     }
@@ -470,18 +435,6 @@ pub(crate) fn connect(addr: &str) -> Result<TcpStream, TransferError> {
     let addrs: Vec<_> =
         addr.to_socket_addrs().map_err(|e| TransferError::network(format!("{addr}: cannot resolve: {e} (check the host name)")).with_kind(crate::error::ErrorKind::NotFound))?.collect();
     connect_any(&addrs).map_err(|e| TransferError::network(format!("{addr}: cannot connect: {} (is the daemon running and the port open?)", crate::error::err_text(&e))))
-}
-
-/// The first of `addrs` that accepts a connection within 10 s.
-pub(crate) fn connect_any(addrs: &[std::net::SocketAddr]) -> std::io::Result<TcpStream> {
-    let mut last = None;
-    for a in addrs {
-        match TcpStream::connect_timeout(a, Duration::from_secs(10)) {
-            Ok(s) => return Ok(s),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| std::io::Error::other("no address")))
 }
 
 pub(crate) fn read_token(spec: &ClientSpec) -> Result<Vec<u8>, TransferError> {
@@ -611,7 +564,7 @@ impl EarlyStreams {
                     }
                     g.admitted += 1;
                     drop(g);
-                    crate::datastream::preconnect(sock, encrypt, bufsize)
+                    crate::net::datastream::preconnect(sock, encrypt, bufsize)
                 })
             })
             .collect();
@@ -657,7 +610,7 @@ fn preconnect_streams(control: &TcpStream, n: u16, encrypt: bool, bufsize: Optio
         .map(|_| {
             thread::spawn(move || {
                 let sock = TcpStream::connect_timeout(&peer, Duration::from_secs(10))?;
-                crate::datastream::preconnect(sock, encrypt, bufsize)
+                crate::net::datastream::preconnect(sock, encrypt, bufsize)
             })
         })
         .collect()
@@ -666,7 +619,7 @@ fn preconnect_streams(control: &TcpStream, n: u16, encrypt: bool, bufsize: Optio
 /// `--reverse`: the remote side connects to our listener. Each stream's TLS handshake and
 /// go-ahead take round trips, so streams are set up side by side, not one after another.
 fn accept_reverse(listener: &std::net::TcpListener, auth: &StreamAuth, n: u16) -> Result<Vec<DataConn>, TransferError> {
-    listener.set_nonblocking(true).map_err(crate::control::net_err)?;
+    listener.set_nonblocking(true).map_err(crate::net::control::net_err)?;
     let deadline = Instant::now() + Duration::from_secs(30);
     let (tx, rx) = crossbeam_channel::unbounded();
     let mut accepted = 0;
@@ -682,7 +635,7 @@ fn accept_reverse(listener: &std::net::TcpListener, auth: &StreamAuth, n: u16) -
                             sock.set_nonblocking(false)?;
                             let mut kind = [0u8; 1];
                             (&sock).read_exact(&mut kind)?;
-                            crate::datastream::accept_stream(sock, kind[0])?.finish(&auth)
+                            crate::net::datastream::accept_stream(sock, kind[0])?.finish(&auth)
                         };
                         let _ = tx.send(setup());
                     });
@@ -741,7 +694,7 @@ const NO_RESETS: Repairing = (false, None);
 
 /// Whether this session repairs corrupted data streams: both ends have Hello feature bit 5.
 fn resets_with(server_features: u64) -> bool {
-    server_features & crate::handshake::our_features() & FEATURE_STREAM_RESET != 0
+    server_features & crate::net::handshake::our_features() & FEATURE_STREAM_RESET != 0
 }
 type Connecting = Box<dyn FnOnce() -> Result<Vec<DataConn>, TransferError> + Send>;
 
@@ -813,7 +766,7 @@ fn start_ramp(progress: Arc<Progress>, initial: &[DataConn], max: u16, opener: O
     }
     let start = initial.len() as u32;
     thread::spawn(move || {
-        let delivered = |probes: &[TcpStream]| probes.iter().filter_map(crate::transport::delivered_bytes).sum::<u64>();
+        let delivered = |probes: &[TcpStream]| probes.iter().filter_map(crate::net::transport::delivered_bytes).sum::<u64>();
         let bytes_left = || {
             let moved = Progress::get(&progress.bytes) + Progress::get(&progress.bytes_skipped);
             Progress::get(&progress.bytes_total).saturating_sub(moved)
@@ -870,12 +823,12 @@ impl SshConn {
         // `--remote-bin` names the program; otherwise a script finds (or installs) this build.
         // We understand `Listening`: the far tern may speak first (one round trip less; an older
         // one ignores the variable).
-        let early = crate::handshake::our_features() & tern_proto::msg::FEATURE_EARLY_DATA_ADDR != 0;
-        let env = if early { format!("{}=1", crate::server::EARLY_HELLO_ENV) } else { String::new() };
+        let early = crate::net::handshake::our_features() & tern_proto::msg::FEATURE_EARLY_DATA_ADDR != 0;
+        let env = if early { format!("{}=1", crate::net::handshake::EARLY_HELLO_ENV) } else { String::new() };
         let remote_cmd = match &spec.ssh.remote_bin {
             Some(bin) if early => format!("env {env} {bin} _remote{remote_args}"),
             Some(bin) => format!("{bin} _remote{remote_args}"),
-            None => crate::bootstrap::remote_command(spec.ssh.install, &env, remote_args.trim_start()),
+            None => crate::client::bootstrap::remote_command(spec.ssh.install, &env, remote_args.trim_start()),
         };
         let mut cmd = ssh_command(spec, host, port);
         cmd.arg(remote_cmd).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
@@ -898,14 +851,14 @@ impl SshConn {
         let (mut stdin, stdout): (Box<dyn Write + Send>, Box<dyn Read + Send>) = if spec.ssh.remote_bin.is_some() {
             (Box::new(stdin), Box::new(stdout))
         } else {
-            if spec.ssh.install != crate::bootstrap::Install::Never {
-                crate::bootstrap::prepare_payload();
+            if spec.ssh.install != crate::client::bootstrap::Install::Never {
+                crate::client::bootstrap::prepare_payload();
             }
             let p = progress.clone();
-            let (w, r) = crate::bootstrap::wrap(stdin, stdout, host, Arc::new(move |m| p.notice(m)));
+            let (w, r) = crate::client::bootstrap::wrap(stdin, stdout, host, Arc::new(move |m| p.notice(m)));
             (Box::new(w), Box::new(r))
         };
-        stdin.write_all(format!("TERN-SECRET {}\n", hex(secret)).as_bytes()).map_err(crate::control::net_err)?;
+        stdin.write_all(format!("TERN-SECRET {}\n", hex(secret)).as_bytes()).map_err(crate::net::control::net_err)?;
         Ok(Self { child: Some(child), stdin: Some(stdin), stdout: Some(stdout), stderr_tail: tail, host: host.to_string(), bootstrap: spec.ssh.remote_bin.is_none() })
     }
 
@@ -927,7 +880,7 @@ impl SshConn {
         // The most telling line: an error line if there is one, else the last one.
         let last = tail.iter().rev().find(|l| l.to_lowercase().contains("error") || l.starts_with("tern")).or_else(|| tail.iter().rev().find(|l| !l.trim().is_empty())).cloned().unwrap_or_default();
         let code = status.and_then(|s| s.code());
-        if let Some(e) = code.filter(|_| self.bootstrap).and_then(|c| crate::bootstrap::explain_exit(c, &self.host)) {
+        if let Some(e) = code.filter(|_| self.bootstrap).and_then(|c| crate::client::bootstrap::explain_exit(c, &self.host)) {
             return e;
         }
         match code {
@@ -978,7 +931,7 @@ pub fn ssh_command(spec: &ClientSpec, host: &str, port: Option<u16>) -> Command 
         cmd.arg("-p").arg(p.to_string());
     }
     if spec.ssh.reuse {
-        cmd.args(crate::sshmux::options(&argv, host));
+        cmd.args(crate::net::sshmux::options(&argv, host));
     }
     cmd.args(["--", host]);
     cmd
@@ -1011,11 +964,11 @@ pub fn hex(b: &[u8]) -> String {
 mod tests {
     use super::*;
 
-    fn listen() -> (String, crossbeam_channel::Receiver<crate::datastream::PendingStream>) {
+    fn listen() -> (String, crossbeam_channel::Receiver<crate::net::datastream::PendingStream>) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let (tx, rx) = crossbeam_channel::bounded(64);
-        thread::spawn(move || crate::server::accept_data_streams(listener, tx));
+        thread::spawn(move || crate::net::datastream::accept_data_streams(listener, tx));
         (addr, rx)
     }
 
@@ -1043,7 +996,7 @@ mod tests {
         let server_auth = auth.clone();
         let server = thread::spawn(move || {
             let pending: Vec<_> = (0..2).map(|_| rx.recv_timeout(Duration::from_secs(10)).expect("an admitted stream said hello")).collect();
-            let conns = crate::datastream::finish_all(pending, &server_auth).unwrap();
+            let conns = crate::net::datastream::finish_all(pending, &server_auth).unwrap();
             assert!(rx.recv_timeout(Duration::from_millis(300)).is_err(), "a surplus stream reached the session");
             conns.len()
         });

@@ -7,7 +7,7 @@ use std::os::fd::AsFd;
 
 use rustix::fs::{self as rfs, Mode, OFlags};
 use tern_proto::journal::{HEADER_LEN, RECORD_LEN, Replay, encode_record};
-pub use tern_proto::journal::{JournalHeader, Verified};
+pub(crate) use tern_proto::journal::{JournalHeader, Verified};
 
 /// Reads up to `buf.len()` bytes; fewer only at the end of the file.
 fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
@@ -24,13 +24,13 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
 }
 
 /// An open journal, appended to by several stream threads (one `write` per record, `O_APPEND`).
-pub struct Journal {
+pub(crate) struct Journal {
     file: File,
 }
 
 impl Journal {
     /// Starts a fresh journal, replacing any old one.
-    pub fn create(dir: &impl AsFd, name: &[u8], header: &JournalHeader) -> io::Result<Self> {
+    pub(crate) fn create(dir: &impl AsFd, name: &[u8], header: &JournalHeader) -> io::Result<Self> {
         let fd = rfs::openat(dir, name, OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::APPEND | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::from_raw_mode(0o600))?;
         let mut file = File::from(fd);
         file.write_all(&header.encode())?;
@@ -38,18 +38,18 @@ impl Journal {
     }
 
     /// Reopens an existing journal for appending.
-    pub fn reopen(dir: &impl AsFd, name: &[u8]) -> io::Result<Self> {
+    pub(crate) fn reopen(dir: &impl AsFd, name: &[u8]) -> io::Result<Self> {
         let fd = rfs::openat(dir, name, OFlags::WRONLY | OFlags::APPEND | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
         Ok(Self { file: File::from(fd) })
     }
 
-    pub fn append(&self, index: u64, hash: &[u8; 32]) -> io::Result<()> {
+    pub(crate) fn append(&self, index: u64, hash: &[u8; 32]) -> io::Result<()> {
         (&self.file).write_all(&encode_record(index, hash))
     }
 
     /// Reads a journal: its header and the records up to the first torn or corrupt one.
     /// `None` if there is no journal or its header is unreadable.
-    pub fn read(dir: &impl AsFd, name: &[u8]) -> io::Result<Option<(JournalHeader, Vec<Verified>)>> {
+    pub(crate) fn read(dir: &impl AsFd, name: &[u8]) -> io::Result<Option<(JournalHeader, Vec<Verified>)>> {
         let fd = match rfs::openat(dir, name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
             Ok(fd) => fd,
             Err(rustix::io::Errno::NOENT) => return Ok(None),

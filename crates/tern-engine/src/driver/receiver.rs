@@ -23,18 +23,54 @@ use tern_proto::session::Trouble;
 use tern_proto::session::receiver::{self as decide, Action, FileSpec, Outcome, Refused};
 use tern_proto::{Control, Entry, EntryKind, Options};
 
-use crate::control::{CtrlReader, CtrlWriter};
-use crate::datastream::DataConn;
 use crate::error::{ErrorKind, Side, TransferError, err_text};
 use crate::faults::chunk_hash;
-use crate::fsops::{self, Beneath, DestRoot, Dir};
-use crate::hashing::hash_file;
-use crate::journal::{Journal, JournalHeader};
-use crate::layout::{self, Layout};
+use crate::net::control::{CtrlReader, CtrlWriter};
+use crate::net::datastream::DataConn;
+use crate::net::seal::TAG_LEN;
 use crate::progress::Progress;
-use crate::seal::TAG_LEN;
+use crate::store::fsops::{self, Beneath, DestRoot, Dir};
+use crate::store::hashing::hash_file;
+use crate::store::journal::{Journal, JournalHeader};
+use crate::store::layout::{self, Layout};
 use crate::store::posix::PosixSink;
 use crate::store::{self, Sink as _};
+
+/// Flow-control window of the receiver: wanted-but-unfinished bytes and files.
+pub const WINDOW_BYTES: u64 = 512 << 20;
+/// Files in flight by default. Keeping a long fat path busy with small files takes many: 1 Gb/s
+/// over 68 ms holds 2,000 files of 4 KiB, and each also waits for its batch to be made durable.
+/// A file in flight holds up to two descriptors at the receiver (its temporary, opened when its
+/// first chunk arrives, and its journal when it has more than one chunk); directories come from
+/// the directory cache, counted apart. So the window is what this process's descriptor limit
+/// allows after the directory cache and a reserve for sockets, the sender's open files (local
+/// copies run both sides in one process) and the walk: a quarter of the limit, 48 to 160.
+/// Each receiver computes its own: its limit paces the sender. Under `ulimit -n 256` that is
+/// 80 files (the 52,073-file Rust sysroot at 68 ms: 188 s with the earlier 21, which counted
+/// directories twice and kept 160 in reserve); a limit met anyway slows the window down.
+pub fn window_files() -> usize {
+    const MAX: usize = 16384;
+    const PER_FILE: usize = 2;
+    let limit = descriptor_limit();
+    let reserve = (limit / 4).clamp(48, 160);
+    (limit.saturating_sub(reserve + dir_cache_size()) / PER_FILE).clamp(4, MAX)
+}
+
+/// How many directory descriptors the receiver keeps open for reuse.
+pub fn dir_cache_size() -> usize {
+    (descriptor_limit() / 8).clamp(16, 512)
+}
+
+/// A window the client asked for (`--concurrency`) never goes past what descriptors allow.
+pub fn window_files_for(asked: u32) -> usize {
+    if asked == 0 { window_files() } else { (asked as usize).min(window_files()) }
+}
+
+/// This process's soft descriptor limit (1024 if it cannot be read).
+pub fn descriptor_limit() -> usize {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 { lim.rlim_cur.min(1 << 24) as usize } else { 1024 }
+}
 
 pub struct ReceiverParams {
     /// The destination as the user named it, already resolved (and confined, for a daemon).
@@ -140,13 +176,13 @@ pub struct Receiving {
     events: Sender<Event>,
     rx: Receiver<Event>,
     resets: bool,
-    reopen: Option<crate::sender::Reopen>,
+    reopen: Option<crate::driver::sender::Reopen>,
 }
 
 /// Resetting corrupted streams: allowed while `resets`, within the budget.
 struct Repair {
     resets: bool,
-    reopen: Option<crate::sender::Reopen>,
+    reopen: Option<crate::driver::sender::Reopen>,
     events: Sender<Event>,
     next_index: u32,
     corrupted: u64,
@@ -214,7 +250,7 @@ impl Receiving {
     /// The peer answers `StreamReset` (Hello feature bit 5, not third-party): a stream with a
     /// corrupted record is reset and its frames in flight sent again, instead of failing the
     /// session. `reopen`: the client opens a replacement stream for each.
-    pub fn with_resets(mut self, on: bool, reopen: Option<crate::sender::Reopen>) -> Self {
+    pub fn with_resets(mut self, on: bool, reopen: Option<crate::driver::sender::Reopen>) -> Self {
         self.resets = on;
         self.reopen = reopen.filter(|_| on);
         self
@@ -227,7 +263,7 @@ impl Receiving {
         let mut closers = Vec::new();
         let chunk_size = p.options.chunk_size;
         let write_behind = !p.options.fsync_none() && !crate::faults::faults().no_write_behind;
-        let spawn_worker = |conn: DataConn, closers: &mut Vec<crate::transport::Closer>| {
+        let spawn_worker = |conn: DataConn, closers: &mut Vec<crate::net::transport::Closer>| {
             closers.push(conn.closer.clone());
             p.progress.streams.fetch_add(1, Relaxed);
             let (s, ev, end) = (sinks.clone(), events.clone(), ending.clone());
@@ -236,7 +272,7 @@ impl Receiving {
         for conn in streams {
             spawn_worker(conn, &mut closers);
         }
-        crate::control::spawn_reader(reader, events.clone(), Event::Ctrl, Event::CtrlFailed);
+        crate::net::control::spawn_reader(reader, events.clone(), Event::Ctrl, Event::CtrlFailed);
         let (fin_tx, fin_rx) = unbounded();
         let finalizer = {
             let ev = events.clone();
@@ -267,19 +303,19 @@ impl Receiving {
             announced: 0,
             source_errors: false,
             summary: Summary::default(),
-            repair: Repair { resets, reopen, events: events.clone(), next_index: crate::sender::REPLACEMENT_INDEX, corrupted: 0, verified_bytes: 0 },
+            repair: Repair { resets, reopen, events: events.clone(), next_index: crate::driver::sender::REPLACEMENT_INDEX, corrupted: 0, verified_bytes: 0 },
         };
         let result = main_loop(&mut ctx, &rx, &mut |conn| spawn_worker(conn, &mut closers));
         let renamed_late = std::cell::RefCell::new(Vec::new());
         let result = result.map_err(|e| {
-            crate::control::prefer_peer_fatal(e, &rx, |ev| match ev {
-                Event::Ctrl(Control::Fatal { side, message }) => crate::control::Said::Fatal(TransferError::fatal(side, message)),
-                Event::CtrlFailed(_) => crate::control::Said::Gone,
+            crate::net::control::prefer_peer_fatal(e, &rx, |ev| match ev {
+                Event::Ctrl(Control::Fatal { side, message }) => crate::net::control::Said::Fatal(TransferError::fatal(side, message)),
+                Event::CtrlFailed(_) => crate::net::control::Said::Gone,
                 Event::Finalized { id } => {
                     renamed_late.borrow_mut().push(id);
-                    crate::control::Said::Other
+                    crate::net::control::Said::Other
                 }
-                _ => crate::control::Said::Other,
+                _ => crate::net::control::Said::Other,
             })
         });
         ending.store(true, Relaxed);
@@ -599,7 +635,7 @@ fn dir_fd(ctx: &mut Ctx, rel: &[u8]) -> std::io::Result<Arc<Dir>> {
         Err(e) => return Err(e),
     };
     // Bounded by the descriptor limit: a wide tree must not hold one descriptor per directory.
-    if ctx.dirs.len() >= crate::session::dir_cache_size() {
+    if ctx.dirs.len() >= crate::driver::receiver::dir_cache_size() {
         ctx.dirs.clear();
     }
     let fd = Arc::new(Dir::new(fd)?);

@@ -10,10 +10,9 @@ use std::sync::Arc;
 
 use tern_proto::Control;
 
-use crate::control::CtrlWriter;
 use crate::error::{Side, TransferError};
-use crate::server::Roots;
-use crate::session::ClientSpec;
+use crate::net::control::CtrlWriter;
+use crate::store::roots::Roots;
 
 /// Registered hooks: name → shell command.
 pub type Hooks = Arc<HashMap<String, String>>;
@@ -26,28 +25,6 @@ pub fn parse_hook(s: &str) -> Result<(String, String), String> {
         return Err(format!("--hook {s}: NAME is 1-64 of [A-Za-z0-9._-] and CMD is not empty"));
     }
     Ok((name.to_string(), cmd.to_string()))
-}
-
-/// Client: asks the daemon of `spec.dest` to run its hook `name` for the unit at `path`.
-pub fn run_on_daemon(spec: &ClientSpec, name: &str, path: &str) -> Result<(), TransferError> {
-    let crate::endpoint::Endpoint::Daemon { host, port, .. } = &spec.dest else {
-        return Err(TransferError::fatal(Side::Destination, "a named hook needs a tern:// destination"));
-    };
-    let token = crate::session::read_token(spec)?;
-    let key = tern_proto::auth::token_key(&token);
-    let addr = format!("{}:{port}", crate::session::bracket(host));
-    let sock = crate::session::connect(&addr)?;
-    let (mut reader, writer, _, _) = crate::session::daemon_handshake(sock, &addr, &key)?;
-    writer.send(&Control::Hook { name: name.to_string(), path: path.as_bytes().to_vec() })?;
-    match reader.recv()? {
-        Control::HookDone { status: 0, .. } => Ok(()),
-        Control::HookDone { status, output } => {
-            let tail = output.lines().last().unwrap_or("").trim();
-            Err(TransferError::fatal(Side::Destination, format!("{path}: hook '{name}' on the daemon at {addr} exited with {status}: {tail}")))
-        }
-        Control::Fatal { side, message } => Err(TransferError::fatal(side, message)),
-        _ => Err(TransferError::fatal(Side::Network, "the daemon answered the hook request with something else")),
-    }
 }
 
 /// Daemon: runs the registered hook, answers `HookDone`, or `Fatal` naming why it refused.

@@ -9,7 +9,7 @@ use tern_proto::chunk::{chunk_count, chunk_range, file_hash};
 use crate::faults::chunk_hash;
 
 /// Hashes chunks `[0, count)` of an open file: one hash per chunk.
-pub fn chunk_hashes(file: &File, size: u64, chunk_size: u32) -> io::Result<Vec<[u8; 32]>> {
+pub(crate) fn chunk_hashes(file: &File, size: u64, chunk_size: u32) -> io::Result<Vec<[u8; 32]>> {
     let mut buf = vec![0u8; chunk_size as usize];
     (0..chunk_count(size, chunk_size))
         .map(|i| {
@@ -21,12 +21,12 @@ pub fn chunk_hashes(file: &File, size: u64, chunk_size: u32) -> io::Result<Vec<[
 }
 
 /// The file hash tern compares end to end (see `tern_proto::chunk::file_hash`).
-pub fn hash_file(file: &File, size: u64, chunk_size: u32) -> io::Result<[u8; 32]> {
+pub(crate) fn hash_file(file: &File, size: u64, chunk_size: u32) -> io::Result<[u8; 32]> {
     Ok(file_hash(size, &chunk_hashes(file, size, chunk_size)?))
 }
 
 /// True if every byte is zero (such chunks are left as holes at the destination).
-pub fn is_zero(data: &[u8]) -> bool {
+pub(crate) fn is_zero(data: &[u8]) -> bool {
     let (head, body, tail) = unsafe { data.align_to::<u128>() };
     head.iter().all(|&b| b == 0) && body.iter().all(|&w| w == 0) && tail.iter().all(|&b| b == 0)
 }

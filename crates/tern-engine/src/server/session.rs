@@ -3,8 +3,7 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -15,140 +14,19 @@ use tern_proto::Control;
 use tern_proto::filter::Filter;
 use tern_proto::msg::{MAX_FILE_LIST, MAX_FILE_LIST_BYTES, Role, Summary};
 
-use crate::control::{CtrlReader, CtrlWriter};
-use crate::datastream::{DataConn, PendingStream, StreamAuth, accept_stream};
-use crate::dial::DialPolicy;
+use crate::driver::receiver::{ReceiverParams, Receiving};
+use crate::driver::sender::{SendMemory, SenderParams, Sending};
 use crate::error::{Side, TransferError};
-use crate::handshake::Announce;
-use crate::hook::Hooks;
 use crate::limits::{Admit, Conn, Gate, Limits};
+use crate::net::control::{CtrlReader, CtrlWriter};
+use crate::net::datastream::{DataConn, PendingStream, StreamAuth, accept_data_streams, accept_stream, bind_range};
+use crate::net::dial::DialPolicy;
+use crate::net::handshake::{Announce, EARLY_HELLO_ENV};
+use crate::net::transport::{ControlHalves, random, tls_control_server, tune_socket};
 use crate::progress::Progress;
-use crate::receiver::{ReceiverParams, Receiving};
-use crate::sender::{SendMemory, SenderParams, Sending};
-use crate::transport::{ControlHalves, random, tls_control_server, tune_socket};
-use crate::walk::SourceSpec;
-
-/// Where a server may read and write.
-#[derive(Clone, Debug)]
-pub enum Roots {
-    /// ssh mode: the user's own account; relative paths start at `$HOME`, like scp.
-    Home(PathBuf),
-    /// daemon mode: only under these roots. One root appears as `/`; several as `/NAME`.
-    Confined(Vec<(String, PathBuf)>),
-}
-
-impl Roots {
-    /// Resolves a client's path. Refuses `..` and anything that leaves the roots through a
-    /// symlink (checked on the deepest part that exists).
-    pub fn resolve(&self, wire: &[u8]) -> Result<PathBuf, TransferError> {
-        let s = std::ffi::OsStr::from_bytes(wire);
-        match self {
-            Roots::Home(home) => {
-                let p = Path::new(s);
-                if let Ok(rest) = p.strip_prefix("~") {
-                    return Ok(home.join(rest));
-                }
-                Ok(if p.is_absolute() { p.to_path_buf() } else { home.join(p) })
-            }
-            Roots::Confined(roots) => {
-                let mut parts = Vec::new();
-                for c in Path::new(s).components() {
-                    match c {
-                        Component::Normal(n) => parts.push(n.to_os_string()),
-                        Component::RootDir | Component::CurDir => {}
-                        Component::ParentDir | Component::Prefix(_) => {
-                            return Err(refuse(wire, "'..' is not allowed in daemon paths"));
-                        }
-                    }
-                }
-                let (root, rest) = if roots.len() == 1 {
-                    (&roots[0].1, &parts[..])
-                } else {
-                    let Some(first) = parts.first() else {
-                        let names: Vec<_> = roots.iter().map(|r| format!("/{}", r.0)).collect();
-                        return Err(refuse(wire, &format!("this daemon serves several roots; name one of {}", names.join(", "))));
-                    };
-                    match roots.iter().find(|r| r.0.as_bytes() == first.as_bytes()) {
-                        Some(r) => (&r.1, &parts[1..]),
-                        None => return Err(refuse(wire, "no such root on this daemon")),
-                    }
-                };
-                let mut path = root.clone();
-                path.extend(rest);
-                let canon_root = root.canonicalize().map_err(|e| TransferError::io(Side::Destination, root.display().to_string(), "daemon root unavailable", &e).into_fatal())?;
-                let mut probe = path.clone();
-                loop {
-                    if let Ok(c) = probe.canonicalize() {
-                        if !c.starts_with(&canon_root) {
-                            return Err(refuse(wire, "leaves the daemon's root through a symlink"));
-                        }
-                        break;
-                    }
-                    if !probe.pop() {
-                        break;
-                    }
-                }
-                Ok(path)
-            }
-        }
-    }
-}
-
-impl Roots {
-    /// Daemon mode: each root's real path (as given and canonical) and the name clients use for
-    /// it (`` for a single root, shown as `/`; `/NAME` for several).
-    pub fn public_names(&self) -> Vec<(String, String)> {
-        let Roots::Confined(roots) = self else { return Vec::new() };
-        let mut names = Vec::new();
-        // A root of `/` hides nothing.
-        for (name, real) in roots.iter().filter(|r| r.1.parent().is_some()) {
-            let shown = if roots.len() == 1 { String::new() } else { format!("/{name}") };
-            names.push((real.display().to_string(), shown.clone()));
-            if let Ok(canon) = real.canonicalize()
-                && canon != *real
-            {
-                names.push((canon.display().to_string(), shown));
-            }
-        }
-        names
-    }
-
-    /// Daemon mode: the root a resolved path lies under, opened for confinement
-    /// (fsops::Beneath); ssh mode: none, the user's own account has no fence.
-    pub fn beneath(&self, path: &Path) -> std::io::Result<Option<crate::fsops::Beneath>> {
-        match self {
-            Roots::Home(_) => Ok(None),
-            Roots::Confined(roots) => match roots.iter().map(|r| &r.1).filter(|r| path.starts_with(r)).max_by_key(|r| r.as_os_str().len()) {
-                Some(root) => crate::fsops::Beneath::open(root).map(Some),
-                None => Err(std::io::Error::from_raw_os_error(libc::EXDEV)),
-            },
-        }
-    }
-}
-
-fn refuse(wire: &[u8], why: &str) -> TransferError {
-    TransferError::fatal(Side::Network, format!("{}: {why}; refused", String::from_utf8_lossy(wire)))
-}
-
-/// Base name a source gets at the destination; `None` copies its contents (`src/.`, `/`).
-pub fn source_spec(path: &Path, contents: bool) -> SourceSpec {
-    let bytes = path.as_os_str().as_bytes();
-    let trimmed = {
-        let mut b = bytes;
-        while b.len() > 1 && b.ends_with(b"/") {
-            b = &b[..b.len() - 1];
-        }
-        b
-    };
-    let is_contents = contents || trimmed == b"." || trimmed.ends_with(b"/.") || trimmed == b"/";
-    let base = if is_contents {
-        None
-    } else {
-        let p = Path::new(std::ffi::OsStr::from_bytes(trimmed));
-        p.file_name().map(|n| n.as_bytes().to_vec()).or_else(|| p.canonicalize().ok().and_then(|c| c.file_name().map(|n| n.as_bytes().to_vec())))
-    };
-    SourceSpec { path: path.to_path_buf(), base, beneath: None }
-}
+use crate::server::hook::Hooks;
+use crate::store::roots::Roots;
+use crate::store::walk::{SourceSpec, source_spec};
 
 /// Everything a served session is besides its control channel and its incoming data streams:
 /// who it authenticates, where it may reach, how the client finds its data port.
@@ -183,7 +61,7 @@ pub fn serve_session(halves: ControlHalves, streams: Receiver<PendingStream>, se
     let _close = Defer(move || closer.close());
     let mut reader = CtrlReader::new(halves.reader);
     let writer = Arc::new(CtrlWriter::new(halves.writer).with_public_names(roots.public_names()));
-    let (key, client_features) = crate::handshake::server(&mut reader, &writer, &secret_key, &exporter, announce, data_addr.as_bytes())?;
+    let (key, client_features) = crate::net::handshake::server(&mut reader, &writer, &secret_key, &exporter, announce, data_addr.as_bytes())?;
     let refuse = |m: String| {
         let _ = writer.send(&Control::Fatal { side: Side::Network, message: m.clone() });
         TransferError::fatal(Side::Network, m)
@@ -216,13 +94,13 @@ pub fn serve_session(halves: ControlHalves, streams: Receiver<PendingStream>, se
             if let Some(d) = daemon {
                 d.record(format!("auth=token op=hook name={:?} path={:?}", String::from_utf8_lossy(name.as_bytes()), String::from_utf8_lossy(&path)));
             }
-            return crate::hook::serve(hooks, roots, &name, &path, &writer).map(|_| Summary::default());
+            return crate::server::hook::serve(hooks, roots, &name, &path, &writer).map(|_| Summary::default());
         }
         Control::FsRequest { op, flags, path } => {
             if let Some(d) = daemon {
                 d.record(format!("auth=token op={} flags={flags} path={:?}", op.as_str(), String::from_utf8_lossy(&path)));
             }
-            return crate::remote_fs::serve(roots, op, flags, &path, &writer).map(|_| Summary::default());
+            return crate::server::remote_fs::serve(roots, op, flags, &path, &writer).map(|_| Summary::default());
         }
         _ => return Err(TransferError::fatal(Side::Network, "expected an open request")),
     };
@@ -238,7 +116,7 @@ pub fn serve_session(halves: ControlHalves, streams: Receiver<PendingStream>, se
                     })
                     .collect::<Result<Vec<_>, TransferError>>()?;
                 if list.is_none() {
-                    crate::walk::check_sources(&specs, options.recursive())?;
+                    crate::store::walk::check_sources(&specs, options.recursive())?;
                 }
                 (specs, PathBuf::new())
             }
@@ -333,8 +211,8 @@ pub fn serve_session(halves: ControlHalves, streams: Receiver<PendingStream>, se
                 multi_source: sources.len() > 1,
                 options,
                 progress,
-                window_bytes: crate::session::WINDOW_BYTES,
-                window_files: crate::session::window_files_for(options.concurrency),
+                window_bytes: crate::driver::receiver::WINDOW_BYTES,
+                window_files: crate::driver::receiver::window_files_for(options.concurrency),
                 filter,
                 beneath,
                 allow_links_out: daemon.is_some_and(|d| d.allow_links_out),
@@ -441,10 +319,10 @@ fn first_stream(addrs: &[SocketAddr], auth: &StreamAuth, deadline: Instant) -> R
     let (addrs, auth2, held2) = (addrs.iter().take(4).copied().collect::<Vec<_>>(), auth.clone(), held.clone());
     thread::spawn(move || {
         let r = (|| {
-            let sock = crate::session::connect_any(&addrs)?;
+            let sock = crate::net::transport::connect_any(&addrs)?;
             let peer = sock.peer_addr()?;
             *held2.lock().unwrap() = sock.try_clone().ok();
-            Ok((crate::datastream::connect_stream(sock, &auth2, 0, None)?, peer))
+            Ok((crate::net::datastream::connect_stream(sock, &auth2, 0, None)?, peer))
         })();
         let _ = tx.send(r.map_err(|e: std::io::Error| e.to_string()));
     });
@@ -469,8 +347,9 @@ fn dial_streams(addrs: &[SocketAddr], auth: &StreamAuth, indexes: std::ops::Rang
             .map(|i| {
                 let shown = &shown;
                 s.spawn(move || {
-                    let sock = crate::session::connect_any(addrs).map_err(|e| TransferError::network(format!("{whom} at {shown}: cannot connect: {e} (is its port reachable from this host?)")))?;
-                    crate::datastream::connect_stream(sock, auth, i, None).map_err(|e| TransferError::network(format!("{whom} at {shown}: data stream: {e}")))
+                    let sock =
+                        crate::net::transport::connect_any(addrs).map_err(|e| TransferError::network(format!("{whom} at {shown}: cannot connect: {e} (is its port reachable from this host?)")))?;
+                    crate::net::datastream::connect_stream(sock, auth, i, None).map_err(|e| TransferError::network(format!("{whom} at {shown}: data stream: {e}")))
                 })
             })
             .collect();
@@ -599,12 +478,12 @@ fn daemon_connection(
     allow_links_out: bool,
 ) -> Result<(), TransferError> {
     let mut kind = [0u8; 1];
-    (&sock).read_exact(&mut kind).map_err(crate::control::net_err)?;
+    (&sock).read_exact(&mut kind).map_err(crate::net::control::net_err)?;
     match kind[0] {
         b'C' => {
             tune_socket(&sock, None);
-            let local = sock.local_addr().map_err(crate::control::net_err)?;
-            let (halves, exporter) = tls_control_server(sock.try_clone().map_err(crate::control::net_err)?).map_err(crate::control::net_err)?;
+            let local = sock.local_addr().map_err(crate::net::control::net_err)?;
+            let (halves, exporter) = tls_control_server(sock.try_clone().map_err(crate::net::control::net_err)?).map_err(crate::net::control::net_err)?;
             let session_id = random::<16>();
             let (tx, rx) = unbounded();
             let held = Arc::new(Mutex::new(Vec::new()));
@@ -652,10 +531,6 @@ fn daemon_connection(
 /// `tern _remote`: the far end of an ssh-mode session. The control channel is stdin/stdout;
 /// the first line on stdin is the session secret; data streams arrive on a fresh port, bound
 /// first thing so that it can be announced with our `Hello` (`Listening`).
-/// Set to `1` in `tern _remote`'s environment by a client that understands `Listening` (Hello bit
-/// 1): the server then sends its `Hello` and `Listening` before reading anything.
-pub const EARLY_HELLO_ENV: &str = "TERN_EARLY_HELLO";
-
 pub fn serve_remote(port_range: Option<(u16, u16)>, reverse_port: Option<u16>) -> Result<(), TransferError> {
     let ssh_field = |n: usize| std::env::var("SSH_CONNECTION").ok().and_then(|v| v.split_whitespace().nth(n).map(str::to_string)).unwrap_or_default();
     let bracket = |ip: String, port: u16| if ip.contains(':') { format!("[{ip}]:{port}") } else { format!("{ip}:{port}") };
@@ -673,15 +548,15 @@ pub fn serve_remote(port_range: Option<(u16, u16)>, reverse_port: Option<u16>) -
         }
         None => {
             let listener = bind_range(port_range).map_err(|e| TransferError::fatal(Side::Network, format!("cannot listen for data streams: {e} (choose another --port-range)")))?;
-            let port = listener.local_addr().map_err(crate::control::net_err)?.port();
+            let port = listener.local_addr().map_err(crate::net::control::net_err)?.port();
             thread::spawn(move || accept_data_streams(listener, tx));
             (Some(bracket(ssh_field(2), port)), None)
         }
     };
     // A client that set this understands `Listening`: speak before its bytes arrive.
-    let early = std::env::var_os(EARLY_HELLO_ENV).is_some_and(|v| v == "1") && crate::handshake::our_features() & tern_proto::msg::FEATURE_EARLY_DATA_ADDR != 0;
+    let early = std::env::var_os(EARLY_HELLO_ENV).is_some_and(|v| v == "1") && crate::net::handshake::our_features() & tern_proto::msg::FEATURE_EARLY_DATA_ADDR != 0;
     if early {
-        crate::handshake::early_hello(&CtrlWriter::new(Box::new(std::io::stdout())), data_addr.as_deref().map(str::as_bytes))?;
+        crate::net::handshake::early_hello(&CtrlWriter::new(Box::new(std::io::stdout())), data_addr.as_deref().map(str::as_bytes))?;
     }
     let announce = match (&data_addr, early) {
         (_, true) => Announce::Said,
@@ -690,10 +565,10 @@ pub fn serve_remote(port_range: Option<(u16, u16)>, reverse_port: Option<u16>) -
     };
     let mut stdin = BufReader::new(std::io::stdin());
     let mut line = String::new();
-    stdin.read_line(&mut line).map_err(crate::control::net_err)?;
+    stdin.read_line(&mut line).map_err(crate::net::control::net_err)?;
     let secret = line.trim().strip_prefix("TERN-SECRET ").ok_or_else(|| TransferError::fatal(Side::Network, "expected the session secret on stdin"))?.to_string();
     let data_addr = data_addr.unwrap_or_default();
-    let halves = ControlHalves { reader: Box::new(stdin), writer: Box::new(std::io::stdout()), closer: crate::transport::Closer::noop() };
+    let halves = ControlHalves { reader: Box::new(stdin), writer: Box::new(std::io::stdout()), closer: crate::net::transport::Closer::noop() };
     let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
     let served = ServedSession {
         exporter: [0; 32],
@@ -708,40 +583,4 @@ pub fn serve_remote(port_range: Option<(u16, u16)>, reverse_port: Option<u16>) -
         daemon: None,
     };
     serve_session(halves, rx, served).map(|_| ())
-}
-
-/// ssh mode's data listener: every connection that says hello goes to the session. One that
-/// closes or fails before its `DataHello` (a client's surplus early stream, a port scan) only
-/// ends its own thread. Anyone can reach this port, so connections that have not said hello
-/// are bounded and timed out as on a daemon.
-pub(crate) fn accept_data_streams(listener: TcpListener, tx: Sender<PendingStream>) {
-    let gate = Gate::new(Limits::default());
-    for sock in listener.incoming().flatten() {
-        let Ok(peer) = sock.peer_addr() else { continue };
-        let Admit::Yes(mut conn) = gate.admit(&sock, peer) else { continue };
-        let tx = tx.clone();
-        thread::spawn(move || {
-            let mut kind = [0u8; 1];
-            if (&sock).read_exact(&mut kind).is_ok()
-                && let Ok(p) = accept_stream(sock, kind[0])
-                && conn.authenticated(false).is_ok()
-            {
-                let _ = tx.send(p);
-            }
-        });
-    }
-}
-
-pub fn bind_range(range: Option<(u16, u16)>) -> std::io::Result<TcpListener> {
-    let (lo, hi) = range.unwrap_or((0, 0));
-    let mut last = None;
-    for port in lo..=hi {
-        for addr in [format!("[::]:{port}"), format!("0.0.0.0:{port}")] {
-            match TcpListener::bind(&addr) {
-                Ok(l) => return Ok(l),
-                Err(e) => last = Some(e),
-            }
-        }
-    }
-    Err(last.unwrap_or_else(|| std::io::Error::other("empty port range")))
 }

@@ -12,7 +12,7 @@ use tern_proto::EntryKind;
 use tern_proto::filter::Filter;
 
 use crate::error::{Side, TransferError};
-use crate::fsops::Beneath;
+use crate::store::fsops::Beneath;
 
 /// One source argument: where it is, and the name it gets at the destination (`None` copies its
 /// contents, as `src/.` does).
@@ -234,7 +234,7 @@ fn walk_dir(dir: &Path, rel: &[u8], beneath: Option<&Arc<Beneath>>, filter: &Fil
     while let Some((dir, rel)) = stack.pop() {
         // Daemon mode: the directory is opened beneath the root, then listed and looked into
         // through that descriptor, so a link swapped in for it is refused, not walked.
-        let held = match crate::fsops::waiting_for_descriptors(|| beneath.map(|b| b.open_dir(&dir)).transpose()) {
+        let held = match crate::store::fsops::waiting_for_descriptors(|| beneath.map(|b| b.open_dir(&dir)).transpose()) {
             Ok(fd) => fd,
             Err(e) => {
                 warn(TransferError::io(Side::Source, dir.display().to_string(), "cannot list directory", &e));
@@ -242,7 +242,7 @@ fn walk_dir(dir: &Path, rel: &[u8], beneath: Option<&Arc<Beneath>>, filter: &Fil
             }
         };
         let through = held.as_ref().map(|fd| PathBuf::from(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(fd))));
-        let rd = match crate::fsops::waiting_for_descriptors(|| fs::read_dir(through.as_deref().unwrap_or(&dir))) {
+        let rd = match crate::store::fsops::waiting_for_descriptors(|| fs::read_dir(through.as_deref().unwrap_or(&dir))) {
             Ok(rd) => rd,
             Err(e) => {
                 warn(TransferError::io(Side::Source, dir.display().to_string(), "cannot list directory", &e));
@@ -286,4 +286,24 @@ impl TransferError {
         self.scope = crate::error::Scope::Fatal;
         self
     }
+}
+
+/// Base name a source gets at the destination; `None` copies its contents (`src/.`, `/`).
+pub fn source_spec(path: &Path, contents: bool) -> SourceSpec {
+    let bytes = path.as_os_str().as_bytes();
+    let trimmed = {
+        let mut b = bytes;
+        while b.len() > 1 && b.ends_with(b"/") {
+            b = &b[..b.len() - 1];
+        }
+        b
+    };
+    let is_contents = contents || trimmed == b"." || trimmed.ends_with(b"/.") || trimmed == b"/";
+    let base = if is_contents {
+        None
+    } else {
+        let p = Path::new(std::ffi::OsStr::from_bytes(trimmed));
+        p.file_name().map(|n| n.as_bytes().to_vec()).or_else(|| p.canonicalize().ok().and_then(|c| c.file_name().map(|n| n.as_bytes().to_vec())))
+    };
+    SourceSpec { path: path.to_path_buf(), base, beneath: None }
 }

@@ -250,7 +250,7 @@ impl<R: Read, W: Write> StatusStdout<R, W> {
 
     fn install(&mut self) -> io::Result<()> {
         let bytes = payload()?;
-        let tag = crate::session::hex(&rand_tag());
+        let tag = crate::client::session::hex(&rand_tag());
         let mut s = self.shared.lock().unwrap();
         let replay = match std::mem::replace(&mut s.gate, Gate::Open) {
             Gate::Pending(rec) => rec,

@@ -11,13 +11,13 @@ use std::thread;
 use tern_proto::msg::{FEATURE_THIRD_PARTY, Role, Summary};
 use tern_proto::{Control, EntryKind};
 
-use crate::control::{CtrlReader, CtrlWriter};
+use crate::client::session::{ClientSpec, bracket, connect, send_filters};
+use crate::driver::sender::SendMemory;
 use crate::endpoint::Endpoint;
 use crate::error::{Scope, Side, TransferError};
+use crate::net::control::{CtrlReader, CtrlWriter};
+use crate::net::transport::{Closer, tls_control_client};
 use crate::progress::Progress;
-use crate::sender::SendMemory;
-use crate::session::{ClientSpec, bracket, connect, send_filters};
-use crate::transport::{Closer, tls_control_client};
 
 /// One authenticated control channel to a daemon.
 struct Channel {
@@ -72,13 +72,13 @@ fn open_channel(host: &str, port: u16, token_file: Option<&std::path::PathBuf>, 
     let token = std::fs::read(path).map_err(|e| TransferError::fatal(Side::Network, format!("cannot read token file {}: {}", path.display(), crate::error::err_text(&e))))?;
     let key = tern_proto::auth::token_key(token.trim_ascii());
     let sock = connect(&addr)?;
-    crate::transport::tune_socket(&sock, None);
-    (&sock).write_all(b"C").map_err(crate::control::net_err)?;
+    crate::net::transport::tune_socket(&sock, None);
+    (&sock).write_all(b"C").map_err(crate::net::control::net_err)?;
     let (halves, exporter) = tls_control_client(sock).map_err(|e| TransferError::network(format!("{addr}: TLS handshake failed: {e}")))?;
     let mut reader = CtrlReader::new(halves.reader);
     let writer = CtrlWriter::new(halves.writer);
     let peer = format!("the daemon at {addr} (token from {}, set by {flag})", path.display());
-    let (session_key, _, features) = crate::handshake::client(&mut reader, &writer, &key, &exporter, &peer, true, None)?;
+    let (session_key, _, features) = crate::net::handshake::client(&mut reader, &writer, &key, &exporter, &peer, true, None)?;
     if features & FEATURE_THIRD_PARTY == 0 {
         return Err(TransferError::fatal(Side::Network, format!("the daemon at {addr} is too old for third-party transfers; upgrade it, or copy through a host that runs tern")));
     }

@@ -17,7 +17,7 @@ const MAX_SOCKET_PATH: usize = 100;
 
 /// The `-o` options that turn reuse on for `host`, or none where the user's command or config
 /// already decides about multiplexing, or no private socket directory can be had.
-pub fn options(argv: &[String], host: &str) -> Vec<String> {
+pub(crate) fn options(argv: &[String], host: &str) -> Vec<String> {
     if argv.iter().any(|a| a.to_ascii_lowercase().contains("control") || a == "-S") || user_config_multiplexes(argv, host) {
         return Vec::new();
     }

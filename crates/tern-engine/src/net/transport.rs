@@ -345,3 +345,15 @@ pub fn random<const N: usize>() -> [u8; N] {
     getrandom::fill(&mut b).expect("OS random source");
     b
 }
+
+/// The first of `addrs` that accepts a connection within 10 s.
+pub(crate) fn connect_any(addrs: &[std::net::SocketAddr]) -> std::io::Result<TcpStream> {
+    let mut last = None;
+    for a in addrs {
+        match TcpStream::connect_timeout(a, Duration::from_secs(10)) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no address")))
+}

@@ -6,9 +6,9 @@ use tern_proto::msg::{
 };
 use tern_proto::{Control, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
 
-use crate::control::{CtrlReader, CtrlWriter};
 use crate::error::{Side, TransferError};
-use crate::transport::random;
+use crate::net::control::{CtrlReader, CtrlWriter};
+use crate::net::transport::random;
 
 /// The feature bits this build sends in its `Hello` (tests may pose as an older peer).
 pub(crate) fn our_features() -> u64 {
@@ -123,6 +123,10 @@ pub enum Announce {
     /// `Hello` was read: [`early_hello`].
     Said,
 }
+
+/// Set to `1` in `tern _remote`'s environment by a client that understands `Listening` (Hello bit
+/// 1): the server then sends its `Hello` and `Listening` before reading anything.
+pub const EARLY_HELLO_ENV: &str = "TERN_EARLY_HELLO";
 
 /// ssh mode with a client that said (`TERN_EARLY_HELLO` in the remote command) it understands
 /// `Listening`: the server speaks first. The client's bytes reach `tern _remote` only about a

@@ -1,15 +1,18 @@
 //! Opening and accepting authenticated data streams.
 
 use std::io::{self, Read, Write};
-use std::net::TcpStream;
+use std::net::{TcpListener, TcpStream};
+use std::thread;
 use std::time::Duration;
 
+use crossbeam_channel::Sender;
 use tern_proto::auth::{Party, proofs_equal, stream_proof, stream_tag_key};
 use tern_proto::data::{DATA_ACCEPT, DATA_HELLO, DataHello};
 use tern_proto::frame::{FrameHeader, HEADER_LEN};
 
-use crate::seal::{EXPORTER_LABEL, Sealer};
-use crate::transport::{Closer, Stream, random, tune_socket};
+use crate::limits::{Admit, Gate, Limits};
+use crate::net::seal::{EXPORTER_LABEL, Sealer};
+use crate::net::transport::{Closer, Stream, random, tune_socket};
 
 /// One open data stream, ready for chunk frames.
 pub struct DataConn {
@@ -184,4 +187,40 @@ pub fn finish_all(pending: Vec<PendingStream>, auth: &StreamAuth) -> io::Result<
 
 fn bad(e: impl std::fmt::Display) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e.to_string())
+}
+
+/// ssh mode's data listener: every connection that says hello goes to the session. One that
+/// closes or fails before its `DataHello` (a client's surplus early stream, a port scan) only
+/// ends its own thread. Anyone can reach this port, so connections that have not said hello
+/// are bounded and timed out as on a daemon.
+pub(crate) fn accept_data_streams(listener: TcpListener, tx: Sender<PendingStream>) {
+    let gate = Gate::new(Limits::default());
+    for sock in listener.incoming().flatten() {
+        let Ok(peer) = sock.peer_addr() else { continue };
+        let Admit::Yes(mut conn) = gate.admit(&sock, peer) else { continue };
+        let tx = tx.clone();
+        thread::spawn(move || {
+            let mut kind = [0u8; 1];
+            if (&sock).read_exact(&mut kind).is_ok()
+                && let Ok(p) = accept_stream(sock, kind[0])
+                && conn.authenticated(false).is_ok()
+            {
+                let _ = tx.send(p);
+            }
+        });
+    }
+}
+
+pub fn bind_range(range: Option<(u16, u16)>) -> std::io::Result<TcpListener> {
+    let (lo, hi) = range.unwrap_or((0, 0));
+    let mut last = None;
+    for port in lo..=hi {
+        for addr in [format!("[::]:{port}"), format!("0.0.0.0:{port}")] {
+            match TcpListener::bind(&addr) {
+                Ok(l) => return Ok(l),
+                Err(e) => last = Some(e),
+            }
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("empty port range")))
 }

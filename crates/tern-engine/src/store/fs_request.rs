@@ -14,26 +14,21 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
-use std::sync::Arc;
 
 use rustix::fs::{self as rfs, Mode, OFlags};
 use tern_proto::glob::{ComponentGlob, has_meta};
-use tern_proto::msg::{FEATURE_FS_OPS, FS_ENTRIES_BYTES, FS_FORCE, FS_PARENTS, FS_RECURSIVE, MAX_FS_BYTES, MAX_FS_ENTRIES};
-use tern_proto::{Control, FsEntry, FsKind, FsOp};
+use tern_proto::msg::{FS_ENTRIES_BYTES, FS_FORCE, FS_PARENTS, FS_RECURSIVE, MAX_FS_BYTES, MAX_FS_ENTRIES};
+use tern_proto::{FsEntry, FsKind, FsOp};
 
-use crate::control::CtrlWriter;
-use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, Side, TransferError, show};
-use crate::fsops::{self, Beneath, DestRoot};
-use crate::progress::Progress;
-use crate::server::Roots;
-use crate::session::ClientSpec;
 use crate::store::Sink as _;
+use crate::store::fsops::{self, Beneath, DestRoot};
 use crate::store::posix::PosixSink;
+use crate::store::roots::Roots;
 
 /// Which side an operation's errors belong to: reading ones the source, changing ones the
 /// destination (so the hints say "check the source path" or "check write permission").
-fn side_of(op: FsOp) -> Side {
+pub(crate) fn side_of(op: FsOp) -> Side {
     match op {
         FsOp::List | FsOp::Stat | FsOp::Glob => Side::Source,
         FsOp::Mkdir | FsOp::Remove => Side::Destination,
@@ -45,7 +40,7 @@ pub(crate) struct Sink<'a> {
     out: &'a mut dyn FnMut(Vec<FsEntry>) -> Result<(), TransferError>,
     batch: Vec<FsEntry>,
     bytes: usize,
-    count: u64,
+    pub(crate) count: u64,
     total_bytes: usize,
 }
 
@@ -75,7 +70,7 @@ impl<'a> Sink<'a> {
         Ok(())
     }
 
-    fn flush(&mut self) -> Result<(), TransferError> {
+    pub(crate) fn flush(&mut self) -> Result<(), TransferError> {
         self.bytes = 0;
         if self.batch.is_empty() {
             return Ok(());
@@ -84,11 +79,11 @@ impl<'a> Sink<'a> {
     }
 }
 
-fn entry_bytes(e: &FsEntry) -> usize {
+pub(crate) fn entry_bytes(e: &FsEntry) -> usize {
     e.name.len() + e.target.len() + 32
 }
 
-fn too_many() -> TransferError {
+pub(crate) fn too_many() -> TransferError {
     TransferError::fatal(Side::Source, format!("more than {MAX_FS_ENTRIES} entries or {} MiB of names; list a subdirectory (or a narrower pattern)", MAX_FS_BYTES >> 20))
 }
 
@@ -424,100 +419,6 @@ fn glob(roots: &Roots, pattern: &[u8], sink: &mut Sink) -> Result<(), TransferEr
     if !any {
         return Err(TransferError::fatal(side, format!("{}: no match (check the pattern; quote it so the local shell leaves it alone)", show(pattern))).with_kind(ErrorKind::NotFound));
     }
-    Ok(())
-}
-
-/// Server: answers one `FsRequest` with `FsEntries`... `FsEnd`, or `Fatal` naming the path.
-pub(crate) fn serve(roots: &Roots, op: FsOp, flags: u8, wire: &[u8], writer: &CtrlWriter) -> Result<(), TransferError> {
-    let mut send = |batch: Vec<FsEntry>| writer.send(&Control::FsEntries(batch));
-    let mut sink = Sink::new(&mut send);
-    let r = perform(roots, op, flags, wire, &mut sink).and_then(|_| sink.flush());
-    let count = sink.count;
-    match r {
-        Ok(()) => writer.send(&Control::FsEnd { count }),
-        Err(e) => {
-            let _ = writer.send(&Control::Fatal { side: e.side, message: e.message_with_path() });
-            Err(e)
-        }
-    }
-}
-
-/// Client: asks the side of `ep` (a local path here, an ssh host or a daemon) to do `op` on its
-/// path; the entries of the answer. `spec` carries the ssh and token settings.
-pub fn request(spec: &ClientSpec, ep: &Endpoint, op: FsOp, flags: u8) -> Result<Vec<FsEntry>, TransferError> {
-    let mut out = Vec::new();
-    let mut collect = |batch: Vec<FsEntry>| {
-        out.extend(batch);
-        Ok(())
-    };
-    let path = match ep {
-        Endpoint::Local(p) => {
-            let cwd = std::env::current_dir().map_err(|e| TransferError::io(side_of(op), ".", "cannot read the working directory", &e).into_fatal())?;
-            let mut sink = Sink::new(&mut collect);
-            perform(&Roots::Home(cwd), op, flags, p.as_os_str().as_bytes(), &mut sink)?;
-            sink.flush()?;
-            return Ok(out);
-        }
-        Endpoint::Ssh { path, .. } | Endpoint::Daemon { path, .. } => path.as_bytes().to_vec(),
-    };
-    if path.len() > tern_proto::limits::MAX_PATH {
-        return Err(TransferError::fatal(side_of(op), format!("{}...: longer than {} bytes", show(&path[..64]), tern_proto::limits::MAX_PATH)));
-    }
-    let progress = Arc::new(Progress::default());
-    let mut s = crate::session::ControlSession::open(spec, ep, &progress)?;
-    let mut bytes = 0usize;
-    let r = (|| {
-        if s.features & FEATURE_FS_OPS == 0 {
-            return Err(TransferError::fatal(Side::Network, format!("{} runs an older tern without remote ls/stat/mkdir/rm or globs; upgrade it there (or pass --install-remote over ssh)", s.peer)));
-        }
-        s.writer.send(&Control::FsRequest { op, flags, path })?;
-        loop {
-            match s.reader.recv()? {
-                Control::FsEntries(batch) => {
-                    bytes += batch.iter().map(entry_bytes).sum::<usize>();
-                    if out.len() + batch.len() > MAX_FS_ENTRIES || bytes > MAX_FS_BYTES {
-                        return Err(too_many());
-                    }
-                    out.extend(batch);
-                }
-                Control::FsEnd { count } if count == out.len() as u64 => return Ok(()),
-                Control::FsEnd { count } => return Err(TransferError::fatal(Side::Network, format!("{} announced {count} entries but sent {}; a broken or hostile peer", s.peer, out.len()))),
-                Control::Fatal { side, message } => return Err(TransferError::fatal(side, format!("{message} (on {})", s.peer))),
-                _ => return Err(TransferError::fatal(Side::Network, format!("{} answered a file-system request with something else (is it a compatible tern?)", s.peer))),
-            }
-        }
-    })();
-    r.map_err(|e| s.explain(e))?;
-    Ok(out)
-}
-
-/// Remote sources whose path holds a glob (`*`, `?`, `[`) are expanded on their side, as scp
-/// and rsync do; local sources were the user's shell's to expand and are left alone. The
-/// matches replace the pattern in place, sorted.
-pub fn expand_sources(spec: &mut ClientSpec) -> Result<(), TransferError> {
-    if !spec.sources.iter().any(|s| !s.is_local() && has_meta(s.path_str().as_bytes())) {
-        return Ok(());
-    }
-    let mut out = Vec::new();
-    for src in &spec.sources {
-        let (Endpoint::Ssh { path, .. } | Endpoint::Daemon { path, .. }) = src else {
-            out.push(src.clone());
-            continue;
-        };
-        if !has_meta(path.as_bytes()) {
-            out.push(src.clone());
-            continue;
-        }
-        for e in request(spec, src, FsOp::Glob, 0)? {
-            let name = String::from_utf8(e.name).map_err(|e| TransferError::fatal(Side::Source, format!("{}: a match for {path} is not UTF-8; copy its directory instead", show(e.as_bytes()))))?;
-            out.push(match src {
-                Endpoint::Ssh { host, port, .. } => Endpoint::Ssh { host: host.clone(), port: *port, path: name },
-                Endpoint::Daemon { host, port, .. } => Endpoint::Daemon { host: host.clone(), port: *port, path: name },
-                Endpoint::Local(_) => unreachable!(),
-            });
-        }
-    }
-    spec.sources = out;
     Ok(())
 }
 

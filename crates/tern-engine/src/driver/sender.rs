@@ -19,15 +19,15 @@ use tern_proto::frame::HEADER_LEN;
 use tern_proto::msg::{Summary, WantFile};
 use tern_proto::{Control, Entry, EntryKind, Options};
 
-use crate::control::{CtrlReader, CtrlWriter};
-use crate::datastream::DataConn;
 use crate::error::{ErrorKind, Side, TransferError, err_text};
 use crate::faults::{chunk_hash, faults};
+use crate::net::control::{CtrlReader, CtrlWriter};
+use crate::net::datastream::DataConn;
+use crate::net::ratelimit::RateLimit;
+use crate::net::seal::TAG_LEN;
+use crate::net::transport::Closer;
 use crate::progress::Progress;
-use crate::ratelimit::RateLimit;
-use crate::seal::TAG_LEN;
-use crate::transport::Closer;
-use crate::walk::{SourceSpec, SrcFile, walk, walk_list};
+use crate::store::walk::{SourceSpec, SrcFile, walk, walk_list};
 
 /// A set of paths kept as 128-bit keyed digests: 16 bytes a path instead of the path, so what a
 /// sender remembers of a tree of millions of files stays small. Two paths would have to collide
@@ -40,7 +40,7 @@ pub struct PathSet {
 
 impl Default for PathSet {
     fn default() -> Self {
-        Self { key: crate::transport::random(), digests: HashSet::new() }
+        Self { key: crate::net::transport::random(), digests: HashSet::new() }
     }
 }
 
@@ -107,7 +107,7 @@ struct SrcInfo {
     mtime_ns: u32,
     /// Done or failed: the stream logs drop its frames.
     finished: AtomicBool,
-    beneath: Option<Arc<crate::fsops::Beneath>>,
+    beneath: Option<Arc<crate::store::fsops::Beneath>>,
 }
 
 impl SrcInfo {
@@ -252,7 +252,7 @@ impl Sending {
         for conn in streams {
             spawn_worker(conn, &mut closers, &mut workers);
         }
-        crate::control::spawn_reader(reader, events.clone(), Event::Ctrl, Event::CtrlFailed);
+        crate::net::control::spawn_reader(reader, events.clone(), Event::Ctrl, Event::CtrlFailed);
         {
             let job = WalkJob { sources: p.sources.clone(), opts: p.options, filter: p.filter.clone(), list: p.list.clone(), ahead: ahead.clone() };
             let (ev, w, memory) = (events.clone(), writer.clone(), p.memory.clone());
@@ -263,10 +263,10 @@ impl Sending {
         let result = self_loop(&rx, &writer, &work_tx, &p, repair, &ahead, &mut |conn| spawn_worker(conn, &mut closers, &mut workers));
         ahead.stop.store(true, Relaxed);
         let result = result.map_err(|e| {
-            crate::control::prefer_peer_fatal(e, &rx, |ev| match ev {
-                Event::Ctrl(Control::Fatal { side, message }) => crate::control::Said::Fatal(TransferError::fatal(side, message)),
-                Event::CtrlFailed(_) => crate::control::Said::Gone,
-                _ => crate::control::Said::Other,
+            crate::net::control::prefer_peer_fatal(e, &rx, |ev| match ev {
+                Event::Ctrl(Control::Fatal { side, message }) => crate::net::control::Said::Fatal(TransferError::fatal(side, message)),
+                Event::CtrlFailed(_) => crate::net::control::Said::Gone,
+                _ => crate::net::control::Said::Other,
             })
         });
         drop(work_tx);
@@ -595,7 +595,7 @@ fn peer_bug(what: &str) -> TransferError {
 fn refused(r: tern_proto::session::sender::Refused, what: &str) -> TransferError {
     use tern_proto::session::sender::Refused;
     match r {
-        Refused::BadRanges(e) => crate::control::proto_err(e),
+        Refused::BadRanges(e) => crate::net::control::proto_err(e),
         Refused::UnknownFile => peer_bug(&format!("{what} for an unknown file")),
         Refused::NotAFile | Refused::NotWaiting => peer_bug(&format!("{what} for a file not waiting for data")),
         Refused::ChunkOutOfRange | Refused::NotInFlight => peer_bug(&format!("{what} for a chunk not in flight")),
@@ -708,7 +708,7 @@ fn walker(events: Sender<Event>, writer: Arc<CtrlWriter>, memory: Arc<Mutex<Send
         }
         let mut entries = Vec::with_capacity(batch.len());
         for f in batch.iter() {
-            let hash = if opts.checksum() && f.kind == EntryKind::File { f.open().and_then(|file| crate::hashing::hash_file(&file, f.size, opts.chunk_size)).ok() } else { None };
+            let hash = if opts.checksum() && f.kind == EntryKind::File { f.open().and_then(|file| crate::store::hashing::hash_file(&file, f.size, opts.chunk_size)).ok() } else { None };
             entries.push(Entry { id: *next_id, kind: f.kind, path: f.rel.clone(), size: f.size, mode: f.mode, mtime_s: f.mtime_s, mtime_ns: f.mtime_ns, target: f.target.clone(), hash });
             *next_id += 1;
         }
@@ -825,7 +825,7 @@ fn send_worker(mut conn: DataConn, work: Receiver<Work>, events: Sender<Event>, 
         if open.as_ref().is_none_or(|(id, _)| *id != w.id) {
             // A stream holds one source file at a time; the previous one goes back first.
             open = None;
-            match crate::fsops::waiting_for_descriptors(|| w.file.open()) {
+            match crate::store::fsops::waiting_for_descriptors(|| w.file.open()) {
                 Ok(f) => open = Some((w.id, f)),
                 Err(e) => {
                     let error = TransferError::io(Side::Source, w.file.path.display().to_string(), "cannot open", &e);
@@ -969,7 +969,7 @@ mod reset_tests {
     use tern_proto::frame::FrameHeader;
 
     use super::*;
-    use crate::transport::{ControlHalves, Stream};
+    use crate::net::transport::{ControlHalves, Stream};
 
     const CHUNK: u32 = 64 << 10;
 
@@ -1006,7 +1006,7 @@ mod reset_tests {
         let (d1, d2) = UnixStream::pair().unwrap();
         let options = tern_proto::Options { flags: 0, chunk_size: CHUNK, streams: 1, concurrency: 0 };
         let params =
-            SenderParams { sources: vec![crate::server::source_spec(&file, false)], options, progress: Arc::default(), memory: Arc::default(), rate: None, filter: Filter::default(), list: None };
+            SenderParams { sources: vec![crate::store::walk::source_spec(&file, false)], options, progress: Arc::default(), memory: Arc::default(), rate: None, filter: Filter::default(), list: None };
         let sending = Sending::new().with_resets(resets, None);
         let feed = sending.feed();
         let h = ControlHalves::from_unix(c1).unwrap();

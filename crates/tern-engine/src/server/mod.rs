@@ -1,0 +1,6 @@
+//! The serving side: a `tern serve` daemon's accept loop, `tern _remote` started over ssh, the
+//! hook registry and the answers to file-system requests. Never imports `client`.
+
+pub mod hook;
+pub mod remote_fs;
+pub mod session;
