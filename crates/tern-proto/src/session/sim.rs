@@ -25,6 +25,11 @@
 //!    (`check_invariants`);
 //! 7. in the end (faults stop after some sessions) every file landed, at its latest version.
 //!
+//! Beside the random runs, `scenarios` plays the cases of `crates/tern/tests/faults.rs` with
+//! their faults named (a run killed after k chunks, for every k; chunks corrupted in flight; a
+//! leftover partial of another version; descriptors running out) and asserts exactly which
+//! chunks went out again and how often a file started over.
+//!
 //! `cargo test -p tern-proto sim` runs 10,000 seeds; `TERN_SIM_SEEDS=N` is not read here
 //! (tern-proto reads no environment): change `SEEDS` locally to explore more.
 
@@ -198,8 +203,37 @@ enum Event {
     Finalize(Vec<(usize, [u8; 32])>),
 }
 
+/// Faults named instead of rolled: the scenarios of `crates/tern/tests/faults.rs`, each played
+/// through the machines deterministically (the random runs cover their combinations).
+#[derive(Default, Clone)]
+struct Script {
+    /// The run is killed once this many chunks were stored (kill -9 or a cut network: the store
+    /// keeps what it wrote, everything in flight is lost).
+    cut_after_stored: Option<usize>,
+    /// Chunks corrupted on the link, once each: (file, chunk).
+    corrupt_once: HashSet<(usize, u64)>,
+    /// The next this many prepares find no free descriptor (EMFILE).
+    descriptors_out: usize,
+}
+
+/// What a scripted transfer did, over all its runs.
+#[derive(Default, Debug)]
+struct Report {
+    /// Times each (file, chunk) went out on a data stream.
+    sent: HashMap<(usize, u64), u32>,
+    /// Chunks stored, per run.
+    stored: Vec<HashSet<(usize, u64)>>,
+    /// Parts discarded to start a file over (a whole-file mismatch).
+    start_overs: usize,
+    /// Files either side reported failed.
+    failed: Vec<usize>,
+    runs: usize,
+}
+
 /// A session of one run: both machines, their in-flight events and what each side was told.
 struct Session<'a> {
+    script: Script,
+    report: &'a mut Report,
     rng: &'a mut Rng,
     src: &'a mut Source,
     store: &'a mut Store,
@@ -347,8 +381,12 @@ impl Session<'_> {
                         self.landed.insert(payload);
                         self.control(Event::FileDone { id: payload });
                     }
-                    Outcome::Failed { tell_peer: true, .. } => self.control(Event::ReceiverFailed { id: payload }),
-                    Outcome::Failed { tell_peer: false, .. } => {}
+                    Outcome::Failed { tell_peer, .. } => {
+                        self.report.failed.push(payload);
+                        if tell_peer {
+                            self.control(Event::ReceiverFailed { id: payload });
+                        }
+                    }
                 }
             }
             Action::Wait(pause) => self.now += pause.as_millis() as u64,
@@ -386,8 +424,12 @@ impl Session<'_> {
                 match outcome {
                     SendOutcome::Landed => assert!(self.landed.contains(&payload), "sender: file {payload} reported landed before the receiver's FileDone"),
                     SendOutcome::Skipped => assert!(self.skipped.contains(&payload), "sender: file {payload} reported skipped but the receiver did not skip it"),
-                    SendOutcome::Failed { tell_peer: true, .. } => self.control(Event::SenderFailed { id: payload }),
-                    SendOutcome::Failed { tell_peer: false, .. } => {}
+                    SendOutcome::Failed { tell_peer, .. } => {
+                        self.report.failed.push(payload);
+                        if tell_peer {
+                            self.control(Event::SenderFailed { id: payload });
+                        }
+                    }
                 }
             }
             SendAction::PeerError { .. } => {}
@@ -403,9 +445,12 @@ impl Session<'_> {
     /// The store's setup of a part: resume from the journal, re-hashing what it claims.
     fn prepare(&mut self, id: usize, start_over: bool) {
         let version = self.announced[&id];
-        if self.faulty && self.rng.chance(20) {
+        let scripted = self.script.descriptors_out > 0;
+        if scripted || (self.faulty && self.rng.chance(20)) {
+            self.script.descriptors_out = self.script.descriptors_out.saturating_sub(1);
             return self.machine.prepare_failed(id as u64, Trouble::ResourceLimit, "Too many open files".into());
         }
+        self.report.start_overs += usize::from(start_over);
         let part = self.store.parts.entry(id).or_default();
         if start_over || part.version != version {
             *part = Part { version, ..Part::default() };
@@ -460,6 +505,11 @@ impl Session<'_> {
                     part.data.insert(index, Kept { value: data, durable: false });
                     part.journal.push(Kept { value: (index, h), durable: false });
                     self.machine.chunk_stored(id as u64, index, h, whole).expect("the chunk is in range");
+                    let run = self.report.runs - 1;
+                    self.report.stored[run].insert((id, index));
+                    if self.script.cut_after_stored.is_some_and(|n| self.report.stored[run].len() >= n) {
+                        return Err("cut");
+                    }
                 }
             }
             Event::FileEnd { id, hash, size, mtime } => {
@@ -515,7 +565,8 @@ impl Session<'_> {
         let data = self.src.chunk(id, version, r.chunk);
         let h = hash(&data);
         if !r.hash_only {
-            let corrupt = self.faulty && self.rng.chance(30);
+            *self.report.sent.entry((id, r.chunk)).or_default() += 1;
+            let corrupt = self.script.corrupt_once.remove(&(id, r.chunk)) || (self.faulty && self.rng.chance(30));
             let whole = r.whole;
             let delay = 1 + self.rng.below(40);
             self.at(delay, Event::Chunk { id, index: r.chunk, data, corrupt, whole });
@@ -542,73 +593,186 @@ fn run_seed(seed: u64) {
     let mut rng = Rng(seed);
     let files = 1 + rng.below(12) as usize;
     let mut src = Source { sizes: (0..files).map(|_| rng.below(6 * u64::from(CHUNK))).collect(), versions: vec![0; files] };
-    let largest = src.sizes.iter().copied().max().unwrap_or(0);
     let mut store = Store::default();
-    for session in 0..MAX_SESSIONS {
-        let faulty = session < FAULTY_SESSIONS;
-        let window = Window { bytes: 1 + rng.below(4 * u64::from(CHUNK)), files: 1 + rng.below(4) as usize };
-        let files_ahead = 1 + rng.below(files as u64 + 1);
-        let mut s = Session {
-            machine: Receiver::new(window, CHUNK),
-            sender: Sender::new(CHUNK, files_ahead),
-            rng: &mut rng,
-            src: &mut src,
-            store: &mut store,
-            window,
-            now: 0,
-            seq: 0,
-            queue: BinaryHeap::new(),
-            events: HashMap::new(),
-            control_at: 0,
-            walked: 0,
-            walked_version: HashMap::new(),
-            announced: HashMap::new(),
-            proven: HashMap::new(),
-            faulty,
-            largest,
-            landed: HashSet::new(),
-            skipped: HashSet::new(),
-            finalizing: Vec::new(),
-            summary_sent: false,
-            finished: false,
-        };
-        let mut cut = s.drive().is_err();
-        let mut steps = 0;
-        while !cut && !s.finished {
-            steps += 1;
-            assert!(steps < MAX_STEPS_PER_SESSION, "seed {seed}: session {session} makes no progress");
-            let Some(std::cmp::Reverse((at, seq))) = s.queue.pop() else {
-                panic!("seed {seed}: session {session} waits for nothing with {} files unfinished at the receiver, {} at the sender", s.machine.unfinished(), s.sender.unfinished());
+    let runs = Runs { seed, faulty_sessions: FAULTY_SESSIONS, scripts: Vec::new(), window: None };
+    runs.until_all_there(&mut rng, &mut src, &mut store);
+}
+
+/// Runs of the same command, each a session, until every file is there at its latest version.
+struct Runs {
+    seed: u64,
+    /// Runs with random faults (the link, the store, the source, cuts) before the quiet ones.
+    faulty_sessions: u32,
+    /// Run i follows `scripts[i]` (none after them).
+    scripts: Vec<Script>,
+    /// The receiver's window and the sender's files ahead; None: rolled per run.
+    window: Option<(Window, u64)>,
+}
+
+impl Runs {
+    fn until_all_there(&self, rng: &mut Rng, src: &mut Source, store: &mut Store) -> Report {
+        let seed = self.seed;
+        let files = src.sizes.len();
+        let largest = src.sizes.iter().copied().max().unwrap_or(0);
+        let mut report = Report::default();
+        for session in 0..MAX_SESSIONS {
+            let faulty = session < self.faulty_sessions;
+            let (window, files_ahead) = self.window.unwrap_or_else(|| (Window { bytes: 1 + rng.below(4 * u64::from(CHUNK)), files: 1 + rng.below(4) as usize }, 1 + rng.below(files as u64 + 1)));
+            report.runs += 1;
+            report.stored.push(HashSet::new());
+            let mut s = Session {
+                script: self.scripts.get(session as usize).cloned().unwrap_or_default(),
+                report: &mut report,
+                machine: Receiver::new(window, CHUNK),
+                sender: Sender::new(CHUNK, files_ahead),
+                rng: &mut *rng,
+                src: &mut *src,
+                store: &mut *store,
+                window,
+                now: 0,
+                seq: 0,
+                queue: BinaryHeap::new(),
+                events: HashMap::new(),
+                control_at: 0,
+                walked: 0,
+                walked_version: HashMap::new(),
+                announced: HashMap::new(),
+                proven: HashMap::new(),
+                faulty,
+                largest,
+                landed: HashSet::new(),
+                skipped: HashSet::new(),
+                finalizing: Vec::new(),
+                summary_sent: false,
+                finished: false,
             };
-            s.now = s.now.max(at);
-            let ev = s.events.remove(&seq).expect("every queued time has its event");
-            if faulty && s.rng.chance(20) {
-                // The user's edit: the file changes while it is being sent.
-                let id = s.rng.below(files as u64) as usize;
-                s.src.versions[id] += 1;
+            let mut cut = s.drive().is_err();
+            let mut steps = 0;
+            while !cut && !s.finished {
+                steps += 1;
+                assert!(steps < MAX_STEPS_PER_SESSION, "seed {seed}: session {session} makes no progress");
+                let Some(std::cmp::Reverse((at, seq))) = s.queue.pop() else {
+                    panic!("seed {seed}: session {session} waits for nothing with {} files unfinished at the receiver, {} at the sender", s.machine.unfinished(), s.sender.unfinished());
+                };
+                s.now = s.now.max(at);
+                let ev = s.events.remove(&seq).expect("every queued time has its event");
+                if faulty && s.rng.chance(20) {
+                    // The user's edit: the file changes while it is being sent.
+                    let id = s.rng.below(files as u64) as usize;
+                    s.src.versions[id] += 1;
+                }
+                if faulty && s.rng.chance(4) {
+                    cut = true; // kill -9 or a network cut: everything in flight is lost
+                    break;
+                }
+                cut = s.step(ev).is_err();
             }
-            if faulty && s.rng.chance(4) {
-                cut = true; // kill -9 or a network cut: everything in flight is lost
-                break;
+            let power_loss = cut && faulty && s.rng.chance(500);
+            drop(s);
+            if power_loss {
+                store.power_loss(rng);
             }
-            cut = s.step(ev).is_err();
+            let all_there = (0..files).all(|id| store.finals.get(&id).is_some_and(|k| k.value == src.content(id, src.versions[id])));
+            if all_there && !faulty && session as usize >= self.scripts.len().saturating_sub(1) {
+                return report;
+            }
         }
-        let power_loss = cut && s.rng.chance(500);
-        drop(s);
-        if power_loss {
-            store.power_loss(&mut rng);
-        }
-        let all_there = (0..files).all(|id| store.finals.get(&id).is_some_and(|k| k.value == src.content(id, src.versions[id])));
-        if all_there && !faulty {
-            return;
-        }
+        panic!("seed {seed}: not every file landed at its latest version after {MAX_SESSIONS} runs");
     }
-    panic!("seed {seed}: not every file landed at its latest version after {MAX_SESSIONS} runs");
 }
 
 #[test]
 fn ten_thousand_seeded_transfers_keep_every_invariant() {
     for seed in 0..SEEDS {
         run_seed(seed);
+    }
+}
+
+/// The scenarios of `crates/tern/tests/faults.rs` (real processes, kill -9, real files) played
+/// through the machines, each with its faults named: they pin down what the process tests can
+/// only observe from outside (which chunks went out again, how often a file started over).
+mod scenarios {
+    use super::*;
+
+    const QUIET: Option<(Window, u64)> = Some((Window { bytes: 6 * CHUNK as u64, files: 2 }, 3));
+
+    /// Three files of 5, 6 and 1 chunks.
+    fn tree() -> Source {
+        Source { sizes: vec![5 * u64::from(CHUNK), 6 * u64::from(CHUNK) - 3, 4], versions: vec![0; 3] }
+    }
+
+    fn runs(scripts: Vec<Script>) -> Runs {
+        Runs { seed: 0, faulty_sessions: 0, scripts, window: QUIET }
+    }
+
+    fn all_chunks(src: &Source) -> Vec<(usize, u64)> {
+        (0..src.sizes.len()).flat_map(|id| (0..chunk_count(src.sizes[id], CHUNK)).map(move |i| (id, i))).collect()
+    }
+
+    /// faults.rs: receiver_killed_then_rerun_sends_only_unverified_chunks,
+    /// sender_killed_then_rerun_resumes, cut_socket_is_retried_within_the_run.
+    #[test]
+    fn a_run_killed_mid_transfer_resumes_and_sends_again_only_what_was_not_stored() {
+        for cut_at in 1..all_chunks(&tree()).len() {
+            let (mut rng, mut src, mut store) = (Rng(cut_at as u64), tree(), Store::default());
+            let report = runs(vec![Script { cut_after_stored: Some(cut_at), ..Script::default() }]).until_all_there(&mut rng, &mut src, &mut store);
+            assert_eq!(report.runs, 2, "cut after {cut_at}: one re-run finishes");
+            assert!(report.failed.is_empty());
+            let before = &report.stored[0];
+            for c in &report.stored[1] {
+                assert!(!before.contains(c), "cut after {cut_at}: chunk {c:?} stored before the kill was sent again");
+            }
+            for c in all_chunks(&src) {
+                // Once, or twice if it was in flight (sent, not stored) when the run was killed.
+                let n = report.sent[&c];
+                assert!(n == 1 || (n == 2 && !before.contains(&c)), "cut after {cut_at}: chunk {c:?} sent {n} times");
+            }
+        }
+    }
+
+    /// faults.rs: corrupted_chunk_is_detected_and_only_it_is_resent.
+    #[test]
+    fn a_chunk_corrupted_in_flight_is_sent_again_alone() {
+        let (mut rng, mut src, mut store) = (Rng(1), tree(), Store::default());
+        let bad = HashSet::from([(0, 2), (2, 0)]);
+        let report = runs(vec![Script { corrupt_once: bad.clone(), ..Script::default() }]).until_all_there(&mut rng, &mut src, &mut store);
+        assert_eq!(report.runs, 1, "repaired within the run");
+        for c in all_chunks(&src) {
+            assert_eq!(report.sent[&c], if bad.contains(&c) { 2 } else { 1 }, "chunk {c:?}");
+        }
+        assert_eq!(report.start_overs, 0);
+    }
+
+    /// faults.rs: a_leftover_partial_of_an_older_version_restarts_the_file_once. The partial's
+    /// journal is consistent with its data, but the data are of a version with the same size
+    /// and mtime (an edit that kept both): resumed, the file's hash cannot match, and the file
+    /// starts over once, then lands.
+    #[test]
+    fn a_leftover_partial_of_another_version_starts_the_file_over_once() {
+        let (mut rng, mut src, mut store) = (Rng(2), tree(), Store::default());
+        let mut part = Part::default();
+        for i in 0..3u64 {
+            let other = src.chunk(0, 7, i);
+            part.journal.push(Kept { value: (i, hash(&other)), durable: true });
+            part.data.insert(i, Kept { value: other, durable: true });
+        }
+        store.parts.insert(0, part);
+        let report = runs(Vec::new()).until_all_there(&mut rng, &mut src, &mut store);
+        assert_eq!(report.runs, 1);
+        assert_eq!(report.start_overs, 1, "exactly one start over");
+        assert!(report.failed.is_empty(), "{:?}", report.failed);
+        for i in 0..5 {
+            assert_eq!(report.sent[&(0, i)], if i < 3 { 1 } else { 2 }, "chunk {i}: the resumed ones once (after the start over), the rest before and after");
+        }
+    }
+
+    /// faults.rs: running_out_of_descriptors_mid_run_fails_no_file.
+    #[test]
+    fn running_out_of_descriptors_slows_the_run_and_fails_no_file() {
+        let (mut rng, mut src, mut store) = (Rng(3), tree(), Store::default());
+        let report = runs(vec![Script { descriptors_out: 5, ..Script::default() }]).until_all_there(&mut rng, &mut src, &mut store);
+        assert_eq!(report.runs, 1);
+        assert!(report.failed.is_empty(), "{:?}", report.failed);
+        assert!(all_chunks(&src).iter().all(|c| report.sent[c] == 1));
     }
 }
