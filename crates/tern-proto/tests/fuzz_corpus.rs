@@ -4,6 +4,8 @@
 //!
 //! The seeds are real encodings written by `write_seed_corpus` below:
 //!   cargo test -p tern-proto --test fuzz_corpus -- --ignored write_seed_corpus
+
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a test says what it measured or skipped
 // A test reading and writing the committed corpus; the library itself stays free of I/O.
 #![allow(clippy::disallowed_methods, clippy::disallowed_types)]
 

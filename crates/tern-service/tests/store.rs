@@ -2,6 +2,8 @@
 //! PostgreSQL server started here. Plus the locked-database case on each: a clear error,
 //! nothing changed, nothing lost.
 
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a test says what it measured or skipped
+
 #[path = "support/pg.rs"]
 mod pg;
 

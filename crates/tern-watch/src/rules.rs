@@ -86,6 +86,8 @@ pub struct Detector {
     /// How long a unit the log named may be missing before the watch says so (once).
     pub missing_grace: Duration,
     warned: HashSet<String>,
+    /// One-line notes for the user since the last `take_notes` (the watcher passes them on).
+    notes: Vec<String>,
 }
 
 /// A log line `tern-skip NAME` passes over a unit the log named that will never appear.
@@ -111,6 +113,7 @@ impl Detector {
             skipped: HashSet::new(),
             missing_grace: Duration::from_secs(30),
             warned: HashSet::new(),
+            notes: Vec::new(),
         };
         d.rescan();
         d
@@ -277,7 +280,7 @@ impl Detector {
             self.log_lines += 1;
             if let Some(name) = line.strip_prefix(SKIP_PREFIX) {
                 let name = name.trim().to_string();
-                eprintln!("tern watch: {}:{}: skipping unit '{name}' as the log asks", file.display(), self.log_lines);
+                self.notes.push(format!("{}:{}: skipping unit '{name}' as the log asks", file.display(), self.log_lines));
                 self.skipped.insert(name);
                 continue;
             }
@@ -322,13 +325,18 @@ impl Detector {
     }
 
     /// Units named (by a log) but not ready yet.
+    /// The notes gathered since the last call.
+    pub fn take_notes(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.notes)
+    }
+
     pub fn pending(&self) -> usize {
         self.log_pending.len()
     }
 
     fn warn_once(&mut self, key: &str, msg: &str) {
         if self.warned.insert(key.to_string()) {
-            eprintln!("tern watch: {msg}");
+            self.notes.push(msg.to_string());
         }
     }
 }

@@ -38,7 +38,12 @@ pub struct Config {
     pub rate_window: Duration,
     /// Set (by a signal) to stop at once; the state resumes the rest.
     pub stop: Arc<AtomicBool>,
+    /// Where one-line notes for the user go (the library prints nothing itself).
+    pub say: Say,
 }
+
+/// Told each one-line note for the user: a retry, a hook failure, the polling fallback.
+pub type Say = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// The usual transfer counters, summed over every unit shipped in this run.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -160,7 +165,7 @@ pub fn run(cfg: &Config, shared: &Shared) -> Result<Report, String> {
     let (ev_tx, ev_rx) = unbounded();
     let (backend, why_poll) = crate::detect::start(&cfg.src, cfg.force_poll, ev_tx)?;
     if let Some(why) = &why_poll {
-        eprintln!("tern watch: polling {} once a second: {why}", cfg.src.display());
+        (cfg.say)(&format!("polling {} once a second: {why}", cfg.src.display()));
     }
     let detection = if backend.sees_closes() { "inotify" } else { "poll" };
     let mut det = Detector::new(cfg.rule.clone(), &cfg.src, cfg.until.clone(), backend.sees_closes());
@@ -251,6 +256,9 @@ pub fn run(cfg: &Config, shared: &Shared) -> Result<Report, String> {
                 }
             }
         }
+        for note in det.take_notes() {
+            (cfg.say)(&note);
+        }
         lp.retry_due()?;
         lp.dispatch_hook()?;
         lp.publish(shared);
@@ -261,7 +269,7 @@ pub fn run(cfg: &Config, shared: &Shared) -> Result<Report, String> {
         let stuck = lp.unready_any(&det);
         if !stuck.is_empty() {
             let msg = format!("{} entries never became ready under --ready and were not shipped: {}", stuck.len(), stuck.join(", "));
-            eprintln!("tern watch: {msg}");
+            (cfg.say)(&msg);
             lp.errors.push(WatchError { path: cfg.src.display().to_string(), side: "source", message: msg });
         }
     }
@@ -345,12 +353,12 @@ impl Loop<'_> {
                 *n += 1;
                 if *n >= SHIP_ATTEMPTS {
                     let msg = format!("{name}: not shipped after {SHIP_ATTEMPTS} attempts: {e}");
-                    eprintln!("tern watch: {msg}");
+                    (self.cfg.say)(&msg);
                     self.errors.push(WatchError { path: name.clone(), side, message: msg });
                     self.state.record(Event::Failed { seq: d.seq, error: e, at: now_unix() })?;
                 } else {
                     let wait = Duration::from_secs(2u64.pow(*n).min(60));
-                    eprintln!("tern watch: {name}: shipping failed: {e}; retrying in {} s (attempt {} of {SHIP_ATTEMPTS})", wait.as_secs(), *n + 1);
+                    (self.cfg.say)(&format!("{name}: shipping failed: {e}; retrying in {} s (attempt {} of {SHIP_ATTEMPTS})", wait.as_secs(), *n + 1));
                     self.ship_retry.push((Instant::now() + wait, d.seq));
                 }
             }
@@ -368,7 +376,7 @@ impl Loop<'_> {
         if let Err(e) = units::remove(&path) {
             // Not fatal: the unit is safe at the destination; the source just keeps it.
             let msg = format!("{}: verified at the destination but cannot delete it at the source: {e} (check permissions; remove it by hand)", path.display());
-            eprintln!("tern watch: {msg}");
+            (self.cfg.say)(&msg);
             self.errors.push(WatchError { path: path.display().to_string(), side: "source", message: msg });
             return Ok(());
         }
@@ -438,7 +446,7 @@ impl Loop<'_> {
                 self.state.record(Event::Hooked { seq: h.seq, at: now_unix() })
             }
             Err(e) if e.network && self.hook_net_since.entry(h.seq).or_insert_with(Instant::now).elapsed() < self.cfg.template.retry_for => {
-                eprintln!("tern watch: {name}: cannot reach the destination to run the hook: {}; retrying in 2 s", e.message);
+                (self.cfg.say)(&format!("{name}: cannot reach the destination to run the hook: {}; retrying in 2 s", e.message));
                 self.hook_retry.insert(h.seq, Instant::now() + Duration::from_secs(2));
                 Ok(())
             }
@@ -446,12 +454,12 @@ impl Loop<'_> {
                 self.hook_net_since.remove(&h.seq);
                 if h.attempt < limit {
                     let wait = Duration::from_secs(2u64.pow(h.attempt).min(60));
-                    eprintln!("tern watch: {name}: hook failed (attempt {} of {limit}): {}; retrying in {} s", h.attempt, e.message, wait.as_secs());
+                    (self.cfg.say)(&format!("{name}: hook failed (attempt {} of {limit}): {}; retrying in {} s", h.attempt, e.message, wait.as_secs()));
                     self.hook_retry.insert(h.seq, Instant::now() + wait);
                     Ok(())
                 } else {
                     let msg = format!("{name}: hook failed {limit} times, giving up on it: {}", e.message);
-                    eprintln!("tern watch: {msg}");
+                    (self.cfg.say)(&msg);
                     self.errors.push(WatchError { path: name.clone(), side: "destination", message: msg });
                     self.state.record(Event::HookFailed { seq: h.seq, error: e.message, at: now_unix() })
                 }

@@ -1,5 +1,7 @@
 //! `tern`: the command line. Parses arguments into engine settings, shows progress, reports.
 
+#![allow(clippy::print_stdout, clippy::print_stderr)] // the binary talks to people
+
 mod args;
 mod doctor;
 mod filter_args;

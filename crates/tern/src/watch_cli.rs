@@ -130,6 +130,7 @@ pub(crate) fn run(a: WatchArgs) -> Result<ExitCode> {
         force_poll: a.poll,
         rate_window: Duration::from_secs(a.rate_window.max(2)),
         stop,
+        say: Arc::new(|note: &str| eprintln!("tern watch: {note}")),
     };
     let shared = Arc::new(Shared::default());
     let started = Instant::now();

@@ -1,5 +1,7 @@
 //! Bad input: a clear one-line error naming file, side and remedy, and nothing lost.
 
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a test says what it measured or skipped
+
 mod common;
 use common::*;
 

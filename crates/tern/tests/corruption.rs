@@ -4,6 +4,8 @@
 //! sent again), and a path that corrupts everything must end with one clear error, in bounded
 //! time, with nothing corrupt under a final name.
 
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a test says what it measured or skipped
+
 mod common;
 use common::*;
 

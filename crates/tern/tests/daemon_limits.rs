@@ -3,6 +3,8 @@
 //! requests that would make it dial where its operator did not allow. Real `tern serve`
 //! processes on loopback; the attacker is raw sockets or a hand-driven protocol client.
 
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a test says what it measured or skipped
+
 mod common;
 
 use std::fs;

@@ -8,6 +8,8 @@
 //! installs all three); without them the test says so and skips, except under CI, where it fails.
 //! `TERN_DASHBOARD_DOCS=1` also copies the screenshot to docs/dashboard.png.
 
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a test says what it measured or skipped
+
 mod common;
 
 use std::path::{Path, PathBuf};

@@ -1,6 +1,8 @@
 //! Fault injection: kill -9 of either side, a corrupted chunk, a cut socket. After each, the
 //! data must arrive intact and only what was in flight may be sent twice.
 
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a test says what it measured or skipped
+
 mod common;
 use common::*;
 

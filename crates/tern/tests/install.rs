@@ -1,6 +1,8 @@
 //! First use over ssh: a far side without tern gets this build once, over the same login, and
 //! says so in one line; a read-only or noexec home gets a clear error (`docs/install.md`).
 
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a test says what it measured or skipped
+
 mod common;
 use common::*;
 

@@ -1,6 +1,8 @@
 //! The managed service (issue 4) end to end: a real `tern serve --http-listen` with a real
 //! SQLite file, real child transfers, the real CLI; kill -9 and restart; a bounded load test.
 
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a test says what it measured or skipped
+
 mod common;
 #[path = "../../tern-service/tests/support/pg.rs"]
 mod pg;

@@ -1,6 +1,8 @@
 //! Third-party transfers: `tern cp tern://A/x tern://B/y` between two real daemons with their
 //! own roots and tokens. The data must go from A to B directly, never through the client.
 
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a test says what it measured or skipped
+
 mod common;
 
 use std::fs;

@@ -1,5 +1,7 @@
 //! Real transfers through every kind of endpoint, checked byte for byte with SHA-256.
 
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a test says what it measured or skipped
+
 mod common;
 use common::*;
 

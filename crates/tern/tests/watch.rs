@@ -2,6 +2,8 @@
 //! watcher ships them (locally, through a real daemon, over a real sshd), hooks them in order,
 //! survives kill -9 of itself and of the daemon, and reports lag and backlog.
 
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a test says what it measured or skipped
+
 mod common;
 use common::*;
 

@@ -48,7 +48,7 @@ pub(crate) fn run<S: Sink, H: Harness>(make: impl Fn() -> (S, H)) {
     for (name, test) in tests {
         let (sink, harness) = make();
         // A failure names the test; the panic's own message says what broke.
-        eprintln!("conformance: {name}");
+        tracing::debug!("conformance: {name}");
         test(&sink, &harness);
     }
 }

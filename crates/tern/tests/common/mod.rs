@@ -1,4 +1,6 @@
 //! Shared test support: real daemons, a real sshd, deterministic trees, independent hashing.
+
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a test says what it measured or skipped
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
