@@ -18,6 +18,7 @@ pub mod hook;
 pub mod journal;
 pub mod layout;
 pub mod limits;
+pub mod probe;
 pub mod progress;
 pub mod ratelimit;
 pub mod receiver;
