@@ -5,6 +5,7 @@ mod doctor;
 mod filter_args;
 mod fs_cli;
 mod output;
+mod path_test;
 mod run;
 mod serve;
 mod serve_config;

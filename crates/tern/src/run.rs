@@ -24,6 +24,7 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode> {
         Command::Sync(a) => transfer(std::slice::from_ref(&a.src), &a.dst, true, true, a.checksum, Delete { extras: a.delete, from_empty: a.delete_empty_source }, &a.common),
         Command::Serve(a) => crate::serve::serve(a),
         Command::Doctor(a) => crate::doctor::run(a),
+        Command::Test(a) => crate::path_test::run(a),
         Command::Ls(a) => crate::fs_cli::ls(a),
         Command::Stat(a) => crate::fs_cli::stat(a),
         Command::Mkdir(a) => crate::fs_cli::mkdir(a),

@@ -35,6 +35,9 @@ pub(crate) fn serve(a: ServeArgs) -> Result<ExitCode> {
     let limits = tern_engine::limits::Limits { max_connections: a.max_connections as usize, max_sessions: a.max_sessions as usize, auth_timeout: std::time::Duration::from_secs_f64(a.auth_timeout) };
     let config =
         tern_engine::server::DaemonConfig { limits, dial: tern_engine::dial::DialPolicy { allow: if a.no_third_party { Vec::new() } else { a.dial_allow } }, allow_links_out: a.allow_links_out };
+    if a.no_tests {
+        tern_engine::probe::refuse_tests();
+    }
     tern_engine::server::serve_daemon(listener, Roots::Confined(roots), secret, Arc::new(a.hook.into_iter().collect()), config)?;
     Ok(ExitCode::SUCCESS)
 }
