@@ -1,0 +1,201 @@
+//! `tern test DEST` (issue 15): against a real `tern serve`, over a real sshd to localhost, and
+//! on a local path (the loopback self-test); a daemon's refusals (`--no-tests`, a second test at
+//! once) and a destination the write test cannot use.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+fn run(args: &[&str]) -> Output {
+    let mut cmd = Command::new(tern_bin());
+    cmd.args(args).stdin(Stdio::null());
+    run_bounded(cmd, Duration::from_secs(120))
+}
+
+fn err(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The `--json` report, after checking the run succeeded.
+fn report(o: &Output) -> serde_json::Value {
+    assert!(o.status.success(), "status {:?}: stdout {} stderr {}", o.status, String::from_utf8_lossy(&o.stdout), err(o));
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)))
+}
+
+fn positive(v: &serde_json::Value, path: &str) -> f64 {
+    let mut x = v;
+    for k in path.split('.') {
+        x = &x[k];
+    }
+    let n = x.as_f64().unwrap_or_else(|| panic!("{path} is not a number in {v}"));
+    assert!(n > 0.0 && n.is_finite(), "{path} = {n} in {v}");
+    n
+}
+
+/// Every measurement there and sane; `write`: the write test should have run.
+fn assert_complete(v: &serde_json::Value, write: bool) {
+    assert_eq!(v["type"], "test");
+    for p in [
+        "rtt_ms.min",
+        "rtt_ms.median",
+        "network.one_gbps",
+        "network.many_gbps",
+        "source.one_gbps",
+        "source.many_gbps",
+        "cpu.local.hash_gbps",
+        "cpu.local.seal_gbps",
+        "cpu.remote.hash_gbps",
+        "cpu.remote.seal_gbps",
+        "expected_gbps",
+    ] {
+        positive(v, p);
+    }
+    assert!(v["rtt_ms"]["min"].as_f64() <= v["rtt_ms"]["median"].as_f64());
+    assert_eq!(v["rtt_ms"]["samples"].as_array().unwrap().len(), 10);
+    assert!(v["streams"].as_u64().unwrap() >= 1);
+    if write {
+        positive(v, "destination.one_gbps");
+        positive(v, "destination.many_gbps");
+    }
+    let limit = v["verdict"]["limit"].as_str().unwrap();
+    assert!(["network", "cpu", "destination", "source"].contains(&limit), "{v}");
+    assert!(!v["verdict"]["line"].as_str().unwrap().is_empty());
+}
+
+/// No scratch file stays behind in `dir`.
+fn assert_clean(dir: &Path) {
+    let left: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with(".tern.")).collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
+fn a_path_test_against_a_daemon_reports_every_measurement() {
+    let t = scratch();
+    let root = t.path().join("root");
+    std::fs::create_dir_all(root.join("in")).unwrap();
+    let d = Daemon::start(&root, &t.path().join("token"));
+    let v = report(&run(&["test", "--seconds", "5", "--json", "--token-file", &d.token_arg(), &d.url("in")]));
+    assert_complete(&v, true);
+    assert!(v["peer"].as_str().unwrap().contains("daemon"), "{v}");
+    assert_eq!(v["destination"]["writers"], v["streams"]);
+    assert_clean(&root.join("in"));
+    // Pulling, unencrypted, with the streams given: the same measurements the other way.
+    let v = report(&run(&["test", "--seconds", "5", "--json", "--pull", "--no-encrypt", "--streams", "3", "--token-file", &d.token_arg(), &d.url("in")]));
+    assert_complete(&v, true);
+    assert_eq!(v["direction"], "pull");
+    assert_eq!(v["encrypt"], false);
+    assert_eq!(v["streams"], 3);
+    assert_clean(&root.join("in"));
+}
+
+#[test]
+fn a_path_test_over_ssh_to_localhost() {
+    let Some(sshd) = require_sshd() else { return };
+    let t = scratch();
+    let v = report(&run(&["test", "--seconds", "5", "--json", "--ssh", &sshd.ssh_cmd(), &format!("127.0.0.1:{}", t.path().display())]));
+    assert_complete(&v, true);
+    assert!(v["peer"].as_str().unwrap().contains("127.0.0.1"), "{v}");
+    assert_clean(t.path());
+}
+
+#[test]
+fn a_local_path_is_a_loopback_self_test_with_a_real_source_file() {
+    let t = scratch();
+    write_file(&t.path().join("src/big.dat"), 1, 8 << 20);
+    let o = run(&["test", "--seconds", "5", "--json", "--source", t.path().join("src").to_str().unwrap(), t.path().to_str().unwrap()]);
+    let v = report(&o);
+    assert_complete(&v, true);
+    assert!(v["source"]["file"].as_str().unwrap().ends_with("big.dat"), "the largest file under --source: {v}");
+    assert_eq!(v["source"]["scratch"], false);
+    assert_clean(t.path());
+    // The text form: one line per component, the verdict and the expected rate.
+    let o = run(&["test", "--seconds", "5", t.path().to_str().unwrap()]);
+    assert!(o.status.success(), "{}", err(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    for head in ["round trip", "network", "destination", "source", "cpu here", "cpu there", "verdict", "expected"] {
+        assert!(text.lines().any(|l| l.starts_with(head)), "no {head} line in\n{text}");
+    }
+    assert!(text.contains("caches likely warm"), "a scratch source says so:\n{text}");
+}
+
+#[test]
+fn a_daemon_with_no_tests_refuses_in_one_line() {
+    let t = scratch();
+    let root = t.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let d = Daemon::start_with(&root, &t.path().join("token"), 0, &[], &["--no-tests"]);
+    let o = run(&["test", "--seconds", "5", "--token-file", &d.token_arg(), &d.url("")]);
+    assert_eq!(o.status.code(), Some(1), "{}", err(&o));
+    let e = err(&o);
+    assert_eq!(e.trim_end().lines().count(), 1, "one line: {e}");
+    assert!(e.contains("does not run path tests (tern serve --no-tests)"), "{e}");
+    // Transfers still work.
+    write_file(&t.path().join("f"), 1, 1000);
+    let o = run(&["cp", "--token-file", &d.token_arg(), t.path().join("f").to_str().unwrap(), &d.url("f")]);
+    assert!(o.status.success(), "{}", err(&o));
+}
+
+#[test]
+fn a_read_only_destination_skips_the_write_test_and_runs_the_rest() {
+    let t = scratch();
+    let root = t.path().join("root");
+    let ro = root.join("ro");
+    std::fs::create_dir_all(&ro).unwrap();
+    // Root writes through permissions, so a read-only mount stands for "not writable".
+    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "ro,size=1m", "tmpfs"]).arg(&ro).status().is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("SKIP: cannot mount a read-only tmpfs (needs root)");
+        return;
+    }
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _guard = Unmount(&ro);
+    let d = Daemon::start(&root, &t.path().join("token"));
+    let v = report(&run(&["test", "--seconds", "5", "--json", "--token-file", &d.token_arg(), &d.url("ro")]));
+    assert_complete(&v, false);
+    let why = v["destination"]["skipped"].as_str().unwrap_or_else(|| panic!("not skipped: {v}"));
+    assert!(why.contains("not writable") && why.contains("Read-only"), "{why}");
+    assert_eq!(why.lines().count(), 1);
+    assert_ne!(v["verdict"]["limit"], "destination");
+    // The text form says so in its line.
+    let o = run(&["test", "--seconds", "5", "--token-file", &d.token_arg(), &d.url("ro")]);
+    assert!(String::from_utf8_lossy(&o.stdout).lines().any(|l| l.starts_with("destination  skipped: ") && l.contains("not writable")), "{}", String::from_utf8_lossy(&o.stdout));
+    // A directory that is not there is skipped too, with the others measured.
+    let v = report(&run(&["test", "--seconds", "5", "--json", "--token-file", &d.token_arg(), &d.url("missing")]));
+    assert_complete(&v, false);
+    assert!(v["destination"]["skipped"].as_str().unwrap().contains("No such file"), "{v}");
+}
+
+#[test]
+fn a_second_test_at_once_is_refused() {
+    let t = scratch();
+    let root = t.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let d = Daemon::start(&root, &t.path().join("token"));
+    let first = Command::new(tern_bin())
+        .args(["test", "--seconds", "10", "--json", "--token-file", &d.token_arg(), &d.url("")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let o = run(&["test", "--seconds", "5", "--token-file", &d.token_arg(), &d.url("")]);
+    assert_eq!(o.status.code(), Some(1), "{}", err(&o));
+    let e = err(&o);
+    assert_eq!(e.trim_end().lines().count(), 1, "one line: {e}");
+    assert!(e.contains("already running a path test"), "{e}");
+    let out = first.wait_with_output().unwrap();
+    assert_complete(&report(&out), true);
+    // Once it is over, the next one runs.
+    assert_complete(&report(&run(&["test", "--seconds", "5", "--json", "--token-file", &d.token_arg(), &d.url("")])), true);
+    assert_clean(&root);
+}
