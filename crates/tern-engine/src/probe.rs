@@ -49,7 +49,13 @@ pub const MAX_SESSION: Duration = Duration::from_secs(60);
 pub const MAX_SCRATCH: u64 = 4 << 30;
 
 static REFUSED: AtomicBool = AtomicBool::new(false);
-static BUSY: AtomicBool = AtomicBool::new(false);
+/// The running test's number and start, if one runs. A holder older than `STALE` no longer
+/// counts (past `MAX_SESSION` it may run no step, and its streams are closed): a client that
+/// goes quiet cannot keep the daemon's tests for itself.
+static BUSY: Mutex<Option<(u64, Instant)>> = Mutex::new(None);
+static TESTS: AtomicU64 = AtomicU64::new(0);
+/// After this the session's data streams are closed, whatever the client does.
+const STALE: Duration = Duration::from_secs(70);
 
 /// `tern serve --no-tests`: this process answers every `TestRequest` with a refusal.
 pub fn refuse_tests() {
@@ -427,11 +433,47 @@ pub(crate) struct Served<'a> {
     pub daemon: bool,
 }
 
-struct Busy;
+/// This process's one running test (see `BUSY`); released when dropped.
+struct Busy(u64);
+
+impl Busy {
+    fn take() -> Option<Self> {
+        let mut b = BUSY.lock().unwrap();
+        if b.is_some_and(|(_, since)| since.elapsed() < STALE) {
+            return None;
+        }
+        let id = TESTS.fetch_add(1, Relaxed);
+        *b = Some((id, Instant::now()));
+        Some(Busy(id))
+    }
+}
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        BUSY.store(false, SeqCst);
+        let mut b = BUSY.lock().unwrap();
+        if b.is_some_and(|(id, _)| id == self.0) {
+            *b = None;
+        }
+    }
+}
+
+/// Closes the session's data streams when dropped, and at `STALE` after the start in any case
+/// (a client that stops reading cannot hold a pull's writers, nor one that keeps sending the
+/// daemon's readers, past it).
+#[derive(Clone, Default)]
+struct Closers(Arc<Mutex<Option<Vec<crate::transport::Closer>>>>);
+
+impl Closers {
+    fn add(&self, c: crate::transport::Closer) {
+        match self.0.lock().unwrap().as_mut() {
+            Some(v) => v.push(c),
+            None => c.close(),
+        }
+    }
+    fn close_all(&self) {
+        for c in self.0.lock().unwrap().take().unwrap_or_default() {
+            c.close();
+        }
     }
 }
 
@@ -446,10 +488,18 @@ pub(crate) fn serve(reader: &mut CtrlReader, writer: &CtrlWriter, streams: Recei
     if REFUSED.load(SeqCst) {
         return Err(fatal(format!("{who} does not run path tests (tern serve --no-tests)")));
     }
-    if BUSY.swap(true, SeqCst) {
+    let Some(_busy) = Busy::take() else {
         return Err(fatal(format!("{who} is already running a path test; try again in a minute")));
+    };
+    let closers = Closers(Arc::new(Mutex::new(Some(Vec::new()))));
+    let _closed = Defer(closers.clone());
+    {
+        let closers = closers.clone();
+        thread::spawn(move || {
+            thread::sleep(STALE);
+            closers.close_all();
+        });
     }
-    let _busy = Busy;
     // Bounds the decoder already checked, checked again where they are used.
     let (n, chunk) = (req.streams.min(MAX_TEST_STREAMS), req.chunk_size);
     let dest = if req.path.is_empty() { Err("no destination directory was named".to_string()) } else { served.roots.resolve(&req.path).map_err(|e| e.message) };
@@ -460,7 +510,7 @@ pub(crate) fn serve(reader: &mut CtrlReader, writer: &CtrlWriter, streams: Recei
     let arrived = Arc::new(AtomicU64::new(0));
     let lanes: Arc<Mutex<Vec<Lane>>> = Arc::default();
     {
-        let (arrived, lanes) = (arrived.clone(), lanes.clone());
+        let (arrived, lanes, closers) = (arrived.clone(), lanes.clone(), closers.clone());
         thread::spawn(move || {
             let mut joined = 0u16;
             // The session's feed closes when it ends; a client bringing more than it asked for
@@ -470,10 +520,16 @@ pub(crate) fn serve(reader: &mut CtrlReader, writer: &CtrlWriter, streams: Recei
                     continue;
                 }
                 joined += 1;
-                let (auth, arrived, lanes) = (auth.clone(), arrived.clone(), lanes.clone());
+                let (auth, arrived, lanes, closers) = (auth.clone(), arrived.clone(), lanes.clone(), closers.clone());
                 thread::spawn(move || match p.finish(&auth) {
-                    Ok(c) if pull => lanes.lock().unwrap().push(Lane::new(c)),
-                    Ok(c) => drain(c, chunk, arrived),
+                    Ok(c) => {
+                        closers.add(c.closer.clone());
+                        if pull {
+                            lanes.lock().unwrap().push(Lane::new(c));
+                        } else {
+                            drain(c, chunk, arrived);
+                        }
+                    }
                     Err(e) => tracing::debug!("path test: data stream: {e}"),
                 });
             }
@@ -516,6 +572,15 @@ pub(crate) fn serve(reader: &mut CtrlReader, writer: &CtrlWriter, streams: Recei
             TestWhat::Hash | TestWhat::Seal => Outcome::Measured(cpu_rate(what, millis)),
         };
         writer.send(&result_msg(what, &result))?;
+    }
+}
+
+/// Closes the streams when the session ends.
+struct Defer(Closers);
+
+impl Drop for Defer {
+    fn drop(&mut self) {
+        self.0.close_all();
     }
 }
 
