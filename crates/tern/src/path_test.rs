@@ -23,7 +23,8 @@ pub(crate) struct TestArgs {
     /// The whole test's time budget in seconds (each of its ten steps gets about a tenth).
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(5..=120))]
     seconds: u32,
-    /// Measure the direction of a download (DEST's host sends) instead of an upload.
+    /// Measure memory→memory in a download's direction (DEST's host sends) instead of an
+    /// upload's. The storage steps stay as they are: DEST's writers and this host's readers.
     #[arg(long)]
     pull: bool,
     /// Data streams unsealed, as `tern cp --no-encrypt` (frames still carry keyed tags).
