@@ -298,3 +298,20 @@ fn a_link_capped_at_300_mbits_is_named_with_its_rate() {
     assert!((many - 0.3).abs() <= 0.15 * 0.3, "{many} Gb/s against a 300 Mb/s cap: {v}");
     assert!((v["expected_gbps"].as_f64().unwrap() - many).abs() < 1e-9);
 }
+
+/// A daemon without path tests (an older build's Hello) is refused by the client in one line
+/// naming the upgrade, before anything is asked of it.
+#[test]
+fn an_older_daemon_is_refused_with_one_line() {
+    let t = scratch();
+    let root = t.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    // Every feature bit of the build before path tests.
+    let older = (1u64 | 2 | 4 | 8 | 16 | 32 | 64 | 128).to_string();
+    let d = Daemon::start_on(&root, &t.path().join("token"), 0, &[("TERN_DEBUG_FEATURES", &older)]);
+    let o = run(&["test", "--seconds", "5", "--token-file", &d.token_arg(), &d.url("")]);
+    assert_eq!(o.status.code(), Some(1), "{}", err(&o));
+    let e = err(&o);
+    assert_eq!(e.trim_end().lines().count(), 1, "one line: {e}");
+    assert!(e.contains("older tern without path tests; upgrade it there"), "{e}");
+}
