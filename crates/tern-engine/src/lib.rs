@@ -24,6 +24,7 @@ pub mod error;
 pub mod faults;
 pub mod limits;
 pub mod net;
+pub mod probe;
 pub mod progress;
 pub mod server;
 pub mod store;

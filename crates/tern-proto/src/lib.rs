@@ -19,7 +19,7 @@ pub mod session;
 pub mod wire;
 
 pub use frame::{FrameDecoder, FrameHeader};
-pub use msg::{Control, Entry, EntryKind, FsEntry, FsKind, FsOp, Options, Side};
+pub use msg::{Control, Entry, EntryKind, FsEntry, FsKind, FsOp, Options, Side, TestWhat};
 
 /// Version of the protocol this build speaks. Peers negotiate the highest common version.
 pub const PROTOCOL_VERSION: u16 = 1;

@@ -202,6 +202,54 @@ pub const FS_PARENTS: u8 = 2;
 /// `FsRequest` flag: a missing path is no error (`rm -f`).
 pub const FS_FORCE: u8 = 4;
 
+/// Hello feature bit: this peer answers `TestRequest` (`tern test`, docs/protocol.md "Path tests").
+pub const FEATURE_PATH_TESTS: u64 = 256;
+/// `TestRequest` flag: data streams carry no encryption (tagged frames, as `--no-encrypt`).
+pub const TEST_NO_ENCRYPT: u8 = 1;
+/// `TestRequest` flag: the server sends on the data streams (the client measures).
+pub const TEST_PULL: u8 = 2;
+/// Most data streams (and writers) a path test may use.
+pub const MAX_TEST_STREAMS: u16 = 64;
+/// Longest `TestStep`, in milliseconds; the shortest.
+pub const MAX_TEST_STEP_MS: u32 = 20_000;
+pub const MIN_TEST_STEP_MS: u32 = 100;
+
+/// What a `TestStep` measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TestWhat {
+    /// Memory→memory over the first `count` data streams.
+    Carry,
+    /// `count` writers on a scratch file in the destination directory.
+    Write,
+    /// One core's BLAKE3 rate.
+    Hash,
+    /// One core's AES-256-GCM seal rate.
+    Seal,
+}
+
+impl TestWhat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TestWhat::Carry => "carry",
+            TestWhat::Write => "write",
+            TestWhat::Hash => "hash",
+            TestWhat::Seal => "seal",
+        }
+    }
+    fn to_u8(self) -> u8 {
+        self as u8
+    }
+    fn from_u8(v: u8) -> Result<Self, ProtoError> {
+        Ok(match v {
+            0 => TestWhat::Carry,
+            1 => TestWhat::Write,
+            2 => TestWhat::Hash,
+            3 => TestWhat::Seal,
+            _ => return Err(ProtoError::Invalid { what: "test step", why: "unknown value" }),
+        })
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FsKind {
     File,
@@ -399,6 +447,27 @@ pub enum Control {
     FsEnd {
         count: u64,
     },
+    /// Instead of `Open` (`FEATURE_PATH_TESTS`): a path test with `streams` data streams.
+    TestRequest {
+        path: Vec<u8>,
+        flags: u8,
+        streams: u16,
+        chunk_size: u32,
+    },
+    /// One measurement of a path test.
+    TestStep {
+        what: TestWhat,
+        count: u16,
+        millis: u32,
+    },
+    /// The answer to a `TestStep`: `bytes` in `micros`, or skipped (`note` says why).
+    TestResult {
+        what: TestWhat,
+        skipped: bool,
+        bytes: u64,
+        micros: u64,
+        note: String,
+    },
 }
 
 const MAGIC: &[u8; 4] = b"TERN";
@@ -435,6 +504,9 @@ impl Control {
             Control::FsRequest { .. } => 27,
             Control::FsEntries(_) => 28,
             Control::FsEnd { .. } => 29,
+            Control::TestRequest { .. } => 30,
+            Control::TestStep { .. } => 31,
+            Control::TestResult { .. } => 32,
         }
     }
 
@@ -585,6 +657,15 @@ impl Control {
             }
             Control::FsEnd { count } => {
                 w.u64(*count);
+            }
+            Control::TestRequest { path, flags, streams, chunk_size } => {
+                w.bytes(path).u8(*flags).u16(*streams).u32(*chunk_size);
+            }
+            Control::TestStep { what, count, millis } => {
+                w.u8(what.to_u8()).u16(*count).u32(*millis);
+            }
+            Control::TestResult { what, skipped, bytes, micros, note } => {
+                w.u8(what.to_u8()).u8(*skipped as u8).u64(*bytes).u64(*micros).bytes(note.as_bytes());
             }
         }
         encode_frame(self.type_byte(), &w.buf)
@@ -794,6 +875,46 @@ impl Control {
                 Control::FsEntries(entries)
             }
             29 => Control::FsEnd { count: r.u64("entry count")? },
+            30 => {
+                let path = r.bytes("test path", limits::MAX_PATH)?.to_vec();
+                let flags = r.u8("test flags")?;
+                if flags & !(TEST_NO_ENCRYPT | TEST_PULL) != 0 {
+                    return Err(ProtoError::Invalid { what: "test flags", why: "unknown bit" });
+                }
+                let streams = r.u16("test streams")?;
+                if streams == 0 || streams > MAX_TEST_STREAMS {
+                    return Err(ProtoError::Invalid { what: "test streams", why: "not 1..=64" });
+                }
+                let chunk_size = r.u32("test chunk size")?;
+                if !(limits::MIN_CHUNK_SIZE..=limits::MAX_CHUNK_SIZE).contains(&chunk_size) {
+                    return Err(ProtoError::Invalid { what: "test chunk size", why: "out of range" });
+                }
+                Control::TestRequest { path, flags, streams, chunk_size }
+            }
+            31 => {
+                let what = TestWhat::from_u8(r.u8("test step")?)?;
+                let count = r.u16("test count")?;
+                if count == 0 || count > MAX_TEST_STREAMS {
+                    return Err(ProtoError::Invalid { what: "test count", why: "not 1..=64" });
+                }
+                let millis = r.u32("test duration")?;
+                if !(MIN_TEST_STEP_MS..=MAX_TEST_STEP_MS).contains(&millis) {
+                    return Err(ProtoError::Invalid { what: "test duration", why: "not 100..=20000 ms" });
+                }
+                Control::TestStep { what, count, millis }
+            }
+            32 => {
+                let what = TestWhat::from_u8(r.u8("test step")?)?;
+                let skipped = match r.u8("test status")? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(ProtoError::Invalid { what: "test status", why: "unknown value" }),
+                };
+                let (bytes, micros) = (r.u64("test bytes")?, r.u64("test time")?);
+                let note = r.bytes("test note", limits::MAX_MESSAGE)?;
+                let note = std::str::from_utf8(note).map_err(|_| ProtoError::Invalid { what: "test note", why: "not UTF-8" })?.to_string();
+                Control::TestResult { what, skipped, bytes, micros, note }
+            }
             other => return Err(ProtoError::UnknownType(other)),
         };
         r.finish()?;
@@ -890,6 +1011,20 @@ mod tests {
         roundtrip(Control::FsEntries(vec![link, file]));
         roundtrip(Control::FsEntries(vec![]));
         roundtrip(Control::FsEnd { count: 2 });
+        roundtrip(Control::TestRequest { path: b"/data/run".to_vec(), flags: TEST_PULL, streams: 8, chunk_size: 1 << 20 });
+        roundtrip(Control::TestStep { what: TestWhat::Write, count: 8, millis: 3000 });
+        roundtrip(Control::TestResult { what: TestWhat::Write, skipped: true, bytes: 0, micros: 0, note: "not writable".into() });
+        for (bad, why) in [
+            (Control::TestRequest { path: vec![], flags: 0, streams: 65, chunk_size: 1 << 20 }, "too many streams"),
+            (Control::TestRequest { path: vec![], flags: 0, streams: 0, chunk_size: 1 << 20 }, "no stream"),
+            (Control::TestRequest { path: vec![], flags: 4, streams: 1, chunk_size: 1 << 20 }, "unknown flag"),
+            (Control::TestRequest { path: vec![], flags: 0, streams: 1, chunk_size: 1 << 30 }, "huge chunks"),
+            (Control::TestStep { what: TestWhat::Carry, count: 1, millis: 20_001 }, "too long a step"),
+            (Control::TestStep { what: TestWhat::Carry, count: 0, millis: 1000 }, "no stream"),
+        ] {
+            let f = bad.encode();
+            assert!(Control::decode(f[4], &f[5..]).is_err(), "{why}");
+        }
     }
 
     #[test]
@@ -950,7 +1085,8 @@ mod tests {
     fn feature_bits_are_distinct() {
         assert_eq!(FEATURE_THIRD_PARTY & FEATURE_EARLY_DATA_ADDR, 0);
         assert_eq!(FEATURE_EARLY_DATA_ADDR, 1 << 1);
-        let all = [FEATURE_THIRD_PARTY, FEATURE_EARLY_DATA_ADDR, FEATURE_FILTERS, FEATURE_FILE_LIST, FEATURE_IGNORE_EXISTING, FEATURE_STREAM_RESET, FEATURE_HARD_LINKS, FEATURE_FS_OPS];
+        let all =
+            [FEATURE_THIRD_PARTY, FEATURE_EARLY_DATA_ADDR, FEATURE_FILTERS, FEATURE_FILE_LIST, FEATURE_IGNORE_EXISTING, FEATURE_STREAM_RESET, FEATURE_HARD_LINKS, FEATURE_FS_OPS, FEATURE_PATH_TESTS];
         assert_eq!(all.iter().fold(0, |a, b| a | b).count_ones() as usize, all.len());
     }
 

@@ -20,7 +20,7 @@ use tern_proto::filter::FilterRule;
 use tern_proto::frame::FrameHeader;
 use tern_proto::journal::{JournalHeader, encode_record};
 use tern_proto::msg::{FS_FORCE, FS_RECURSIVE, FsEntry, FsKind, FsOp, PlanAction, Role, SkipReason, Summary, WantFile};
-use tern_proto::{Control, Entry, EntryKind, Options, Side};
+use tern_proto::{Control, Entry, EntryKind, Options, Side, TestWhat};
 
 fn corpus_dir(target: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus").join(target)
@@ -100,6 +100,9 @@ fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
             ]),
         ),
         ("fs-end", Control::FsEnd { count: 2 }),
+        ("test-request", Control::TestRequest { path: b"/data/run".to_vec(), flags: 0, streams: 8, chunk_size: 1 << 20 }),
+        ("test-step", Control::TestStep { what: TestWhat::Carry, count: 8, millis: 3000 }),
+        ("test-result", Control::TestResult { what: TestWhat::Write, skipped: true, bytes: 0, micros: 0, note: "not writable".into() }),
     ];
     for (name, m) in &msgs {
         add("control_frames", name, m.encode());

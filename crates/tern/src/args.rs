@@ -46,6 +46,10 @@ pub(crate) enum Command {
     /// (start-up, per-byte and per-file costs), with advice; --history: predictions against
     /// what happened.
     Plan(crate::plan::PlanArgs),
+    /// Measure the path to DEST and name what limits a transfer there: round trip, memory→memory
+    /// with one stream and with tern's count, destination writers, source readers, hashing and
+    /// encryption per core on each side; then the verdict and the rate to expect.
+    Test(crate::path_test::TestArgs),
     /// Print a shell completion script: bash, zsh, fish, elvish or powershell (see README, Install).
     Completions {
         #[arg(value_enum)]
@@ -287,6 +291,9 @@ pub(crate) struct ServeArgs {
     /// out either way.
     #[arg(long)]
     pub(crate) allow_links_out: bool,
+    /// Refuse path tests (`tern test`): each is answered with one line saying so.
+    #[arg(long)]
+    pub(crate) no_tests: bool,
     /// Connections held at once (control and data); more are refused with "daemon busy". A
     /// quarter of them (at least 8) may be waiting to authenticate; beyond that the oldest
     /// waiting one is dropped.

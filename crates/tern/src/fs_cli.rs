@@ -92,7 +92,7 @@ pub(crate) struct RmArgs {
 }
 
 /// The engine's connection settings for one endpoint (no transfer options matter here).
-fn spec(ep: &Endpoint, c: &ConnArgs) -> ClientSpec {
+pub(crate) fn spec(ep: &Endpoint, c: &ConnArgs) -> ClientSpec {
     ClientSpec {
         sources: vec![ep.clone()],
         dest: ep.clone(),

@@ -8,6 +8,7 @@ mod filter_args;
 mod fs_cli;
 mod history;
 mod output;
+mod path_test;
 mod plan;
 mod run;
 mod serve;

@@ -38,6 +38,9 @@ pub(crate) fn serve(a: ServeArgs) -> Result<ExitCode> {
         dial: tern_engine::net::dial::DialPolicy { allow: if a.no_third_party { Vec::new() } else { a.dial_allow } },
         allow_links_out: a.allow_links_out,
     };
+    if a.no_tests {
+        tern_engine::server::probe::refuse_tests();
+    }
     tern_engine::server::session::serve_daemon(listener, Roots::Confined(roots), secret, Arc::new(a.hook.into_iter().collect()), config)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -4,6 +4,7 @@
 
 pub mod bootstrap;
 pub mod hook;
+pub mod probe;
 pub(crate) mod relay;
 pub mod remote_fs;
 pub mod session;

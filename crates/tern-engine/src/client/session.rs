@@ -311,6 +311,8 @@ pub struct ControlSession {
     pub writer: CtrlWriter,
     /// The server's Hello feature bits.
     pub features: u64,
+    /// The session key (data streams' proofs: `tern test`).
+    pub key: [u8; 32],
     /// The far side, for messages: `the daemon at h:7700`, `the tern on user@h`.
     pub peer: String,
     ssh: Option<SshConn>,
@@ -327,7 +329,7 @@ impl ControlSession {
                 let mut reader = CtrlReader::new(conn.stdout.take().unwrap());
                 let writer = CtrlWriter::new(conn.stdin.take().unwrap());
                 match crate::net::handshake::client(&mut reader, &writer, &key, &[0; 32], host, true, None) {
-                    Ok((_, _, features)) => Ok(Self { reader, writer, features, peer: format!("the tern on {host}"), ssh: Some(conn) }),
+                    Ok((key, _, features)) => Ok(Self { reader, writer, features, key, peer: format!("the tern on {host}"), ssh: Some(conn) }),
                     Err(e) => Err(conn.explain(e)),
                 }
             }
@@ -336,8 +338,8 @@ impl ControlSession {
                 let key = tern_proto::auth::token_key(&token);
                 let addr = format!("{}:{port}", bracket(host));
                 let sock = connect(&addr)?;
-                let (reader, writer, _, features) = daemon_handshake(sock, &addr, &key)?;
-                Ok(Self { reader, writer, features, peer: format!("the daemon at {addr}"), ssh: None })
+                let (reader, writer, key, features) = daemon_handshake(sock, &addr, &key)?;
+                Ok(Self { reader, writer, features, key, peer: format!("the daemon at {addr}"), ssh: None })
             }
         }
     }

@@ -12,9 +12,17 @@ use crate::net::transport::random;
 
 /// The feature bits this build sends in its `Hello` (tests may pose as an older peer).
 pub(crate) fn our_features() -> u64 {
-    crate::faults::faults()
-        .features
-        .unwrap_or(FEATURE_THIRD_PARTY | FEATURE_EARLY_DATA_ADDR | FEATURE_FILTERS | FEATURE_FILE_LIST | FEATURE_IGNORE_EXISTING | FEATURE_STREAM_RESET | FEATURE_HARD_LINKS | FEATURE_FS_OPS)
+    crate::faults::faults().features.unwrap_or(
+        FEATURE_THIRD_PARTY
+            | FEATURE_EARLY_DATA_ADDR
+            | FEATURE_FILTERS
+            | FEATURE_FILE_LIST
+            | FEATURE_IGNORE_EXISTING
+            | FEATURE_STREAM_RESET
+            | FEATURE_HARD_LINKS
+            | FEATURE_FS_OPS
+            | tern_proto::msg::FEATURE_PATH_TESTS,
+    )
 }
 
 fn hello(features: u64) -> Control {

@@ -6,6 +6,7 @@ pub mod control;
 pub mod datastream;
 pub mod dial;
 pub mod handshake;
+pub mod probe;
 pub mod ratelimit;
 pub mod seal;
 pub(crate) mod sshmux;

@@ -2,5 +2,6 @@
 //! hook registry and the answers to file-system requests. Never imports `client`.
 
 pub mod hook;
+pub mod probe;
 pub mod remote_fs;
 pub mod session;

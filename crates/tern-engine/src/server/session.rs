@@ -102,6 +102,13 @@ pub fn serve_session(halves: ControlHalves, streams: Receiver<PendingStream>, se
             }
             return crate::server::remote_fs::serve(roots, op, flags, &path, &writer).map(|_| Summary::default());
         }
+        Control::TestRequest { path, flags, streams: n, chunk_size } => {
+            if let Some(d) = daemon {
+                d.record(format!("auth=token op=test dest={:?} streams={n}", String::from_utf8_lossy(&path)));
+            }
+            let served = crate::server::probe::Served { roots, session_id, data_addr, key, daemon: daemon.is_some() };
+            return crate::server::probe::serve(&mut reader, &writer, streams, served, crate::server::probe::Request { path, flags, streams: n, chunk_size }).map(|_| Summary::default());
+        }
         _ => return Err(TransferError::fatal(Side::Network, "expected an open request")),
     };
     let prepared = (|| -> Result<_, TransferError> {

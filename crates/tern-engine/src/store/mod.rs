@@ -45,6 +45,7 @@ pub(crate) mod journal;
 #[warn(dead_code)]
 pub(crate) mod layout;
 #[warn(dead_code)]
+pub mod probe;
 pub mod roots;
 #[warn(dead_code)]
 pub mod walk;

@@ -170,10 +170,23 @@ pub(crate) fn tern(args: &[&str], env: &[(&str, &str)]) -> Run {
 pub(crate) fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
+    // Read both pipes meanwhile: a child writing more than a pipe holds (64 KiB: fish's
+    // completions) would otherwise wait on us forever.
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out = drain(child.stdout.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
+    let err = drain(child.stderr.take().map(|r| Box::new(r) as Box<dyn Read + Send>));
     let start = Instant::now();
     loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
+        if let Some(status) = child.try_wait().unwrap() {
+            return Output { status, stdout: out.join().unwrap(), stderr: err.join().unwrap() };
         }
         if start.elapsed() > limit {
             let _ = child.kill();

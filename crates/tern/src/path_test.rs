@@ -1,0 +1,434 @@
+//! `tern test DEST`: what limits a transfer to DEST, with numbers. The engine measures
+//! (`tern_engine::probe`: round trip, memory→memory with one stream and with tern's count,
+//! the destination's writers, the source's readers, hash and seal rates per core on each side);
+//! the verdict is a pure function of those numbers (`verdict`), tested with made-up
+//! measurements as `tern doctor`'s findings are.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::Args;
+use serde::Serialize;
+use tern_engine::client::probe::Plan;
+use tern_engine::endpoint::Endpoint;
+use tern_engine::probe::{Outcome, Rate};
+use tern_proto::TestWhat;
+
+#[derive(Args)]
+pub(crate) struct TestArgs {
+    /// Where transfers go: [user@]host:path, tern://host[:port]/path, or a local path (a
+    /// loopback self-test of this host). The write test uses a scratch file in that directory.
+    dest: String,
+    /// The whole test's time budget in seconds, 5 to 100 (each of its ten steps gets about a
+    /// tenth; the far side allows a test 60 s of its own).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(5..=100))]
+    seconds: u32,
+    /// Measure memory→memory in a download's direction (DEST's host sends) instead of an
+    /// upload's. The storage steps stay as they are: DEST's writers and this host's readers.
+    #[arg(long)]
+    pull: bool,
+    /// Data streams unsealed, as `tern cp --no-encrypt` (frames still carry keyed tags).
+    #[arg(long)]
+    no_encrypt: bool,
+    /// Streams for the many-stream steps (default: the count tern would start a transfer with).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]
+    streams: Option<u16>,
+    /// A file (or a directory: its largest file) to read for the source read test; default: a
+    /// scratch file written first (its pages are then likely cached: an upper bound).
+    #[arg(long, value_name = "PATH")]
+    source: Option<PathBuf>,
+    /// One JSON object on stdout instead of text.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    conn: crate::fs_cli::ConnArgs,
+}
+
+/// The numbers the verdict is judged from (Gb/s unless named otherwise).
+#[derive(Clone, Debug, Default, Serialize)]
+pub(crate) struct Measures {
+    pub rtt_ms: Option<f64>,
+    pub streams: u16,
+    pub net_one: f64,
+    pub net_many: f64,
+    pub encrypt: bool,
+    /// None: skipped (the reason is elsewhere).
+    pub write_one: Option<f64>,
+    pub write_many: Option<f64>,
+    pub read_one: Option<f64>,
+    pub read_many: Option<f64>,
+    /// One core each: the sending side's and the receiving side's BLAKE3 and seal rates.
+    pub send_hash: f64,
+    pub send_seal: f64,
+    pub recv_hash: f64,
+    pub recv_seal: f64,
+    /// Cores on this host (the far side's are not known: the streams stand for them).
+    pub cores: u16,
+    /// The socket-buffer maximum that bounds one stream's window here (bytes): the sender's
+    /// tcp_wmem max for a push, the receiver's tcp_rmem max for a pull.
+    pub sock_max: Option<u64>,
+    pub pull: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct Verdict {
+    /// network, cpu, destination or source.
+    pub limit: &'static str,
+    pub line: String,
+    pub fix: Option<String>,
+    /// The slowest component's rate: what a transfer of large files can expect.
+    pub expected_gbps: f64,
+}
+
+pub(crate) fn gb(v: f64) -> String {
+    if v >= 10.0 {
+        format!("{v:.1} Gb/s")
+    } else if v >= 1.0 {
+        format!("{v:.2} Gb/s")
+    } else {
+        format!("{v:.3} Gb/s")
+    }
+}
+
+fn mb(bytes: f64) -> String {
+    if bytes >= 1e6 { format!("{:.1} MB", bytes / 1e6) } else { format!("{:.0} kB", bytes / 1e3) }
+}
+
+/// One core's rate at both hashing and sealing a byte (they run one after the other).
+fn combined(hash: f64, seal: f64, encrypt: bool) -> f64 {
+    if !encrypt || seal <= 0.0 {
+        return hash;
+    }
+    if hash <= 0.0 {
+        return seal;
+    }
+    1.0 / (1.0 / hash + 1.0 / seal)
+}
+
+/// Names the component that limits a transfer, with its numbers and what would lift it.
+pub(crate) fn verdict(m: &Measures) -> Verdict {
+    let n = m.streams.max(1);
+    // What the streams' CPU work allows on each side: per-core rate × the cores the streams use.
+    let here = m.cores.max(1).min(n) as f64;
+    let (send_par, recv_par) = if m.pull { (n as f64, here) } else { (here, n as f64) };
+    let cpu_send = combined(m.send_hash, m.send_seal, m.encrypt) * send_par;
+    let cpu_recv = combined(m.recv_hash, m.recv_seal, m.encrypt) * recv_par;
+    let cpu = cpu_send.min(cpu_recv);
+    let mut parts: Vec<(&'static str, f64)> = vec![("network", m.net_many)];
+    if let Some(w) = m.write_many {
+        parts.push(("destination", w.max(m.write_one.unwrap_or(0.0))));
+    }
+    if let Some(r) = m.read_many {
+        parts.push(("source", r.max(m.read_one.unwrap_or(0.0))));
+    }
+    let (mut limit, expected) = parts.iter().copied().fold(("network", f64::INFINITY), |a, b| if b.1 < a.1 { b } else { a });
+    // memory→memory already paid for hashing and sealing: if those alone allow about this
+    // rate, the network was not what held it.
+    if limit == "network" && cpu > 0.0 && cpu <= m.net_many * 1.25 {
+        limit = "cpu";
+    }
+    let many = |what: &str, one: Option<f64>, many: Option<f64>| format!("one {what} {}, {n} {what}s {}", gb(one.unwrap_or(0.0)), gb(many.unwrap_or(0.0)));
+    let (line, fix) = match limit {
+        "cpu" => {
+            let side = if cpu_send <= cpu_recv { "sending" } else { "receiving" };
+            let what = if m.encrypt { "hashing and sealing" } else { "hashing" };
+            (
+                format!(
+                    "CPU ({what}): {} with {n} streams; the {side} side's cores allow about {} ({} per core)",
+                    gb(m.net_many),
+                    gb(cpu),
+                    gb(if side == "sending" { cpu_send / send_par } else { cpu_recv / recv_par })
+                ),
+                Some(if m.encrypt {
+                    "on a trusted network --no-encrypt drops the sealing; otherwise more cores (and --streams up to them) lift it".to_string()
+                } else {
+                    "more cores, and --streams up to them, lift it".to_string()
+                }),
+            )
+        }
+        "destination" => {
+            let helps = m.write_many.unwrap_or(0.0) > 1.5 * m.write_one.unwrap_or(0.0);
+            (
+                format!("destination storage: {}; tern will use {n}", many("writer", m.write_one, m.write_many)),
+                Some(if helps {
+                    format!("more parallel writers help this file system: try --streams {}", (n * 2).min(64))
+                } else {
+                    "more writers do not help: the file system itself is the limit (a faster or more widely striped target, e.g. lfs setstripe -c on Lustre)".to_string()
+                }),
+            )
+        }
+        "source" => {
+            let helps = m.read_many.unwrap_or(0.0) > 1.5 * m.read_one.unwrap_or(0.0);
+            (
+                format!("source storage: {}; tern will use {n}", many("reader", m.read_one, m.read_many)),
+                Some(if helps { format!("more parallel readers help: try --streams {}", (n * 2).min(64)) } else { "more readers do not help: the source file system is the limit".to_string() }),
+            )
+        }
+        _ => {
+            let mut line = format!("network: {} with {n} streams, {} with one", gb(m.net_many), gb(m.net_one));
+            let mut fix = None;
+            if let Some(rtt) = m.rtt_ms.filter(|_| m.net_one * 1.5 < m.net_many) {
+                // One stream's window is its rate × RTT; the path's BDP is the N-stream rate × RTT.
+                let window = m.net_one * 1e9 / 8.0 * rtt / 1e3;
+                let bdp = m.net_many * 1e9 / 8.0 * rtt / 1e3;
+                let (knob, which) = if m.pull { ("net.ipv4.tcp_rmem", "receiving") } else { ("net.ipv4.tcp_wmem", "sending") };
+                match m.sock_max {
+                    Some(max) if (max as f64) < bdp * 1.5 => {
+                        let want = ((2.0 * bdp) as u64).next_power_of_two().max(16 << 20);
+                        line += &format!(
+                            ": one stream holds {} in flight at {rtt:.1} ms; the {} MiB socket-buffer limit ({knob} max, {which} side) is below this path's bandwidth-delay product ({})",
+                            mb(window),
+                            max >> 20,
+                            mb(bdp)
+                        );
+                        fix = Some(format!(
+                            "raise the socket-buffer limits on both hosts to {} MiB: sysctl -w net.core.rmem_max={want} net.core.wmem_max={want} net.ipv4.tcp_rmem='4096 131072 {want}' net.ipv4.tcp_wmem='4096 16384 {want}' (root); tern uses {n} streams meanwhile",
+                            want >> 20
+                        ));
+                    }
+                    _ => {
+                        line += &format!(": one stream holds {} in flight at {rtt:.1} ms (bandwidth-delay product {})", mb(window), mb(bdp));
+                        fix = Some(format!("one stream is limited by loss or congestion control rather than buffers (try BBR: sysctl -w net.ipv4.tcp_congestion_control=bbr); tern uses {n} streams"));
+                    }
+                }
+            } else if m.net_one * 1.5 >= m.net_many {
+                fix = Some("one stream already fills the path: the link (or what shares it) is the limit".into());
+            }
+            (line, fix)
+        }
+    };
+    Verdict { limit, line, fix, expected_gbps: if expected.is_finite() { expected } else { 0.0 } }
+}
+
+fn gbps(r: &Rate) -> f64 {
+    r.gbps()
+}
+
+fn outcome(o: &Outcome) -> (Option<f64>, Option<String>) {
+    match o {
+        Outcome::Measured(r) => (Some(r.gbps()), None),
+        Outcome::Skipped(why) => (None, Some(why.clone())),
+    }
+}
+
+pub(crate) fn run(a: TestArgs) -> Result<ExitCode> {
+    let ep = match Endpoint::parse(&a.dest) {
+        Ok(ep) => ep,
+        Err(e) => {
+            eprintln!("tern: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let spec = crate::fs_cli::spec(&ep, &a.conn);
+    let step = Duration::from_millis(a.seconds as u64 * 100);
+    let plan = Plan { step, pull: a.pull, encrypt: !a.no_encrypt, chunk_size: 1 << 20, streams: a.streams };
+    // A local path: the in-process server, joined here (engine client code imports no server code).
+    let local = match &ep {
+        Endpoint::Local(_) => match tern_engine::server::probe::loopback() {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!("tern: {e}");
+                return Ok(ExitCode::from(1));
+            }
+        },
+        _ => None,
+    };
+    let report = match tern_engine::client::probe::run(&spec, &ep, &plan, local) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tern: {e}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let step_ms = step.as_millis() as u32;
+    let n = report.streams;
+    let read = tern_engine::store::probe::read_test(a.source.as_deref(), n, 1 << 20, step_ms / 2);
+    let cpu_ms = (step_ms / 3).max(100);
+    let (hash, seal) = (tern_engine::net::probe::cpu_rate(TestWhat::Hash, cpu_ms), tern_engine::net::probe::cpu_rate(TestWhat::Seal, cpu_ms));
+    let facts = crate::doctor::Facts::gather(&[]);
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get()) as u16;
+    let rtt_ms: Vec<f64> = report.rtt.iter().map(|s| s * 1e3).collect();
+    let (w1, w1_skip) = outcome(&report.write_one);
+    let (wn, _) = outcome(&report.write_many);
+    let ((here_hash, here_seal), (there_hash, there_seal)) = ((gbps(&hash), gbps(&seal)), (gbps(&report.hash), gbps(&report.seal)));
+    let m = Measures {
+        rtt_ms: rtt_ms.get(rtt_ms.len() / 2).copied(),
+        streams: n,
+        net_one: gbps(&report.carry_one),
+        net_many: gbps(&report.carry_many),
+        encrypt: plan.encrypt,
+        write_one: w1,
+        write_many: wn,
+        read_one: read.as_ref().ok().map(|r| r.one.gbps()),
+        read_many: read.as_ref().ok().map(|r| r.many.gbps()),
+        send_hash: if a.pull { there_hash } else { here_hash },
+        send_seal: if a.pull { there_seal } else { here_seal },
+        recv_hash: if a.pull { here_hash } else { there_hash },
+        recv_seal: if a.pull { here_seal } else { there_seal },
+        cores,
+        sock_max: if a.pull { facts.tcp_rmem_max } else { facts.tcp_wmem_max },
+        pull: a.pull,
+    };
+    let v = verdict(&m);
+    let direction = if a.pull { "pull" } else { "push" };
+    let source = match &read {
+        Ok(r) => serde_json::json!({ "one_gbps": r.one.gbps(), "many_gbps": r.many.gbps(), "readers": r.readers, "file": r.file.display().to_string(), "scratch": r.scratch, "warm_cache": r.warm }),
+        Err(why) => serde_json::json!({ "skipped": why }),
+    };
+    let destination = match &w1_skip {
+        None => serde_json::json!({ "one_gbps": w1, "many_gbps": wn, "writers": n }),
+        Some(why) => serde_json::json!({ "skipped": why }),
+    };
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "type": "test",
+                "dest": a.dest,
+                "peer": report.peer,
+                "direction": direction,
+                "encrypt": plan.encrypt,
+                "streams": n,
+                "rtt_ms": { "min": rtt_ms.first(), "median": m.rtt_ms, "samples": rtt_ms },
+                "network": { "one_gbps": m.net_one, "many_gbps": m.net_many, "streams": n },
+                "destination": destination,
+                "source": source,
+                "cpu": { "local": { "hash_gbps": here_hash, "seal_gbps": here_seal, "cores": cores }, "remote": { "hash_gbps": there_hash, "seal_gbps": there_seal } },
+                "verdict": v,
+                "expected_gbps": v.expected_gbps,
+            })
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("tern test {}: {} ({direction}, {}, {} s per step)", a.dest, report.peer, if plan.encrypt { "encrypted" } else { "--no-encrypt" }, step.as_secs_f64());
+    println!("round trip   min {:.3} ms, median {:.3} ms (TCP connects to the data port)", rtt_ms.first().copied().unwrap_or(0.0), m.rtt_ms.unwrap_or(0.0));
+    println!("network      1 stream {}, {n} streams {} (memory→memory, framed, hashed and sealed as a transfer)", gb(m.net_one), gb(m.net_many));
+    match &w1_skip {
+        None => println!("destination  1 writer {}, {n} writers {} (scratch file, fdatasync included)", gb(w1.unwrap_or(0.0)), gb(wn.unwrap_or(0.0))),
+        Some(why) => println!("destination  skipped: {why}"),
+    }
+    match &read {
+        Ok(r) => println!(
+            "source       1 reader {}, {n} readers {} ({}{}{})",
+            gb(r.one.gbps()),
+            gb(r.many.gbps()),
+            if r.scratch { "a scratch file in " } else { "" },
+            r.file.display(),
+            if r.warm { "; caches likely warm: an upper bound, give --source FILE for a real file" } else { "" }
+        ),
+        Err(why) => println!("source       skipped: {why}"),
+    }
+    println!("cpu here     BLAKE3 {}, seal {} per core ({cores} cores)", gb(here_hash), gb(here_seal));
+    println!("cpu there    BLAKE3 {}, seal {} per core", gb(there_hash), gb(there_seal));
+    println!("verdict      {}", v.line);
+    if let Some(fix) = &v.fix {
+        println!("fix          {fix}");
+    }
+    println!("expected     {} for large files (the slowest component)", gb(v.expected_gbps));
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A balanced pair of hosts on a fast path: nothing below 10 Gb/s but what each test sets.
+    fn fast() -> Measures {
+        Measures {
+            rtt_ms: Some(0.1),
+            streams: 8,
+            net_one: 9.0,
+            net_many: 9.4,
+            encrypt: true,
+            write_one: Some(20.0),
+            write_many: Some(40.0),
+            read_one: Some(20.0),
+            read_many: Some(40.0),
+            send_hash: 30.0,
+            send_seal: 30.0,
+            recv_hash: 30.0,
+            recv_seal: 30.0,
+            cores: 16,
+            sock_max: Some(128 << 20),
+            pull: false,
+        }
+    }
+
+    #[test]
+    fn a_long_path_with_small_buffers_is_network_limited_and_names_the_sysctl() {
+        let m = Measures { rtt_ms: Some(68.0), net_one: 0.38, net_many: 0.94, sock_max: Some(4 << 20), ..fast() };
+        let v = verdict(&m);
+        assert_eq!(v.limit, "network", "{v:?}");
+        assert!(v.line.starts_with("network: 0.940 Gb/s with 8 streams, 0.380 Gb/s with one"), "{}", v.line);
+        assert!(v.line.contains("4 MiB socket-buffer limit") && v.line.contains("8.0 MB"), "{}", v.line);
+        let fix = v.fix.unwrap();
+        assert!(fix.contains("net.ipv4.tcp_wmem='4096 16384 16777216'"), "{fix}");
+        assert!((v.expected_gbps - 0.94).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_capped_link_that_one_stream_fills_is_the_link() {
+        let m = Measures { rtt_ms: Some(1.0), net_one: 0.29, net_many: 0.295, ..fast() };
+        let v = verdict(&m);
+        assert_eq!(v.limit, "network");
+        assert!(v.fix.unwrap().contains("the link"));
+    }
+
+    #[test]
+    fn slow_destination_writers_are_named_with_both_numbers() {
+        let m = Measures {
+            write_one: Some(2.1),
+            write_many: Some(11.0),
+            net_many: 40.0,
+            net_one: 30.0,
+            read_many: Some(50.0),
+            send_hash: 100.0,
+            send_seal: 100.0,
+            recv_hash: 100.0,
+            recv_seal: 100.0,
+            ..fast()
+        };
+        let v = verdict(&m);
+        assert_eq!(v.limit, "destination", "{v:?}");
+        assert_eq!(v.line, "destination storage: one writer 2.10 Gb/s, 8 writers 11.0 Gb/s; tern will use 8");
+        assert!(v.fix.unwrap().contains("--streams 16"));
+        assert_eq!(v.expected_gbps, 11.0);
+        // A file system that does not scale with writers gets other advice.
+        let flat = Measures { write_one: Some(0.32), write_many: Some(0.33), ..fast() };
+        let v = verdict(&flat);
+        assert_eq!(v.limit, "destination");
+        assert!(v.fix.unwrap().contains("do not help"));
+    }
+
+    #[test]
+    fn a_slow_source_is_named() {
+        let m = Measures { read_one: Some(0.3), read_many: Some(0.32), ..fast() };
+        let v = verdict(&m);
+        assert_eq!(v.limit, "source", "{v:?}");
+        assert!(v.line.contains("one reader 0.300 Gb/s, 8 readers 0.320 Gb/s"), "{}", v.line);
+        assert!((v.expected_gbps - 0.32).abs() < 1e-9);
+    }
+
+    #[test]
+    fn sealing_on_a_slow_core_is_named_and_no_encrypt_suggested() {
+        // The receiver seals at 1 Gb/s a core and has... its streams; memory→memory shows it.
+        let m = Measures { net_one: 0.9, net_many: 3.6, cores: 4, streams: 4, recv_seal: 1.0, recv_hash: 8.0, rtt_ms: Some(0.1), ..fast() };
+        let v = verdict(&m);
+        assert_eq!(v.limit, "cpu", "{v:?}");
+        assert!(v.line.contains("receiving side"), "{}", v.line);
+        assert!(v.fix.unwrap().contains("--no-encrypt"));
+        // Without encryption the same numbers are the network's (hashing alone allows 32 Gb/s).
+        let v = verdict(&Measures { encrypt: false, ..m });
+        assert_eq!(v.limit, "network");
+    }
+
+    #[test]
+    fn a_skipped_write_test_leaves_the_others_to_judge() {
+        let m = Measures { write_one: None, write_many: None, net_many: 1.0, net_one: 0.9, ..fast() };
+        let v = verdict(&m);
+        assert_eq!(v.limit, "network");
+        assert_eq!(v.expected_gbps, 1.0);
+    }
+}

@@ -1,0 +1,319 @@
+//! `tern test DEST` (issue 15): against a real `tern serve`, over a real sshd to localhost, and
+//! on a local path (the loopback self-test); a daemon's refusals (`--no-tests`, a second test at
+//! once) and a destination the write test cannot use.
+
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a test says what it measured or skipped
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+fn run(args: &[&str]) -> Output {
+    let mut cmd = Command::new(tern_bin());
+    cmd.args(args).stdin(Stdio::null());
+    run_bounded(cmd, Duration::from_secs(120))
+}
+
+fn err(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The `--json` report, after checking the run succeeded.
+fn report(o: &Output) -> serde_json::Value {
+    assert!(o.status.success(), "status {:?}: stdout {} stderr {}", o.status, String::from_utf8_lossy(&o.stdout), err(o));
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)))
+}
+
+fn positive(v: &serde_json::Value, path: &str) -> f64 {
+    let mut x = v;
+    for k in path.split('.') {
+        x = &x[k];
+    }
+    let n = x.as_f64().unwrap_or_else(|| panic!("{path} is not a number in {v}"));
+    assert!(n > 0.0 && n.is_finite(), "{path} = {n} in {v}");
+    n
+}
+
+/// Every measurement there and sane; `write`: the write test should have run.
+fn assert_complete(v: &serde_json::Value, write: bool) {
+    assert_eq!(v["type"], "test");
+    for p in [
+        "rtt_ms.min",
+        "rtt_ms.median",
+        "network.one_gbps",
+        "network.many_gbps",
+        "source.one_gbps",
+        "source.many_gbps",
+        "cpu.local.hash_gbps",
+        "cpu.local.seal_gbps",
+        "cpu.remote.hash_gbps",
+        "cpu.remote.seal_gbps",
+        "expected_gbps",
+    ] {
+        positive(v, p);
+    }
+    assert!(v["rtt_ms"]["min"].as_f64() <= v["rtt_ms"]["median"].as_f64());
+    assert_eq!(v["rtt_ms"]["samples"].as_array().unwrap().len(), 10);
+    assert!(v["streams"].as_u64().unwrap() >= 1);
+    if write {
+        positive(v, "destination.one_gbps");
+        positive(v, "destination.many_gbps");
+    }
+    let limit = v["verdict"]["limit"].as_str().unwrap();
+    assert!(["network", "cpu", "destination", "source"].contains(&limit), "{v}");
+    assert!(!v["verdict"]["line"].as_str().unwrap().is_empty());
+}
+
+/// No scratch file stays behind in `dir`.
+fn assert_clean(dir: &Path) {
+    let left: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with(".tern.")).collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
+fn a_path_test_against_a_daemon_reports_every_measurement() {
+    let t = scratch();
+    let root = t.path().join("root");
+    std::fs::create_dir_all(root.join("in")).unwrap();
+    let d = Daemon::start(&root, &t.path().join("token"));
+    let v = report(&run(&["test", "--seconds", "5", "--json", "--token-file", &d.token_arg(), &d.url("in")]));
+    assert_complete(&v, true);
+    assert!(v["peer"].as_str().unwrap().contains("daemon"), "{v}");
+    assert_eq!(v["destination"]["writers"], v["streams"]);
+    assert_clean(&root.join("in"));
+    // Pulling, unencrypted, with the streams given: the same measurements the other way.
+    let v = report(&run(&["test", "--seconds", "5", "--json", "--pull", "--no-encrypt", "--streams", "3", "--token-file", &d.token_arg(), &d.url("in")]));
+    assert_complete(&v, true);
+    assert_eq!(v["direction"], "pull");
+    assert_eq!(v["encrypt"], false);
+    assert_eq!(v["streams"], 3);
+    assert_clean(&root.join("in"));
+}
+
+#[test]
+fn a_path_test_over_ssh_to_localhost() {
+    let Some(sshd) = require_sshd() else { return };
+    let t = scratch();
+    let v = report(&run(&["test", "--seconds", "5", "--json", "--ssh", &sshd.ssh_cmd(), &format!("127.0.0.1:{}", t.path().display())]));
+    assert_complete(&v, true);
+    assert!(v["peer"].as_str().unwrap().contains("127.0.0.1"), "{v}");
+    assert_clean(t.path());
+}
+
+#[test]
+fn a_local_path_is_a_loopback_self_test_with_a_real_source_file() {
+    let t = scratch();
+    write_file(&t.path().join("src/big.dat"), 1, 8 << 20);
+    let o = run(&["test", "--seconds", "5", "--json", "--source", t.path().join("src").to_str().unwrap(), t.path().to_str().unwrap()]);
+    let v = report(&o);
+    assert_complete(&v, true);
+    assert!(v["source"]["file"].as_str().unwrap().ends_with("big.dat"), "the largest file under --source: {v}");
+    assert_eq!(v["source"]["scratch"], false);
+    assert_clean(t.path());
+    // The text form: one line per component, the verdict and the expected rate.
+    let o = run(&["test", "--seconds", "5", t.path().to_str().unwrap()]);
+    assert!(o.status.success(), "{}", err(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    for head in ["round trip", "network", "destination", "source", "cpu here", "cpu there", "verdict", "expected"] {
+        assert!(text.lines().any(|l| l.starts_with(head)), "no {head} line in\n{text}");
+    }
+    assert!(text.contains("caches likely warm"), "a scratch source says so:\n{text}");
+}
+
+#[test]
+fn a_daemon_with_no_tests_refuses_in_one_line() {
+    let t = scratch();
+    let root = t.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let d = Daemon::start_with(&root, &t.path().join("token"), 0, &[], &["--no-tests"]);
+    let o = run(&["test", "--seconds", "5", "--token-file", &d.token_arg(), &d.url("")]);
+    assert_eq!(o.status.code(), Some(1), "{}", err(&o));
+    let e = err(&o);
+    assert_eq!(e.trim_end().lines().count(), 1, "one line: {e}");
+    assert!(e.contains("does not run path tests (tern serve --no-tests)"), "{e}");
+    // Transfers still work.
+    write_file(&t.path().join("f"), 1, 1000);
+    let o = run(&["cp", "--token-file", &d.token_arg(), t.path().join("f").to_str().unwrap(), &d.url("f")]);
+    assert!(o.status.success(), "{}", err(&o));
+}
+
+#[test]
+fn a_read_only_destination_skips_the_write_test_and_runs_the_rest() {
+    let t = scratch();
+    let root = t.path().join("root");
+    let ro = root.join("ro");
+    std::fs::create_dir_all(&ro).unwrap();
+    // Root writes through permissions, so a read-only mount stands for "not writable".
+    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "ro,size=1m", "tmpfs"]).arg(&ro).status().is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("SKIP: cannot mount a read-only tmpfs (needs root)");
+        return;
+    }
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _guard = Unmount(&ro);
+    let d = Daemon::start(&root, &t.path().join("token"));
+    let v = report(&run(&["test", "--seconds", "5", "--json", "--token-file", &d.token_arg(), &d.url("ro")]));
+    assert_complete(&v, false);
+    let why = v["destination"]["skipped"].as_str().unwrap_or_else(|| panic!("not skipped: {v}"));
+    assert!(why.contains("not writable") && why.contains("Read-only"), "{why}");
+    assert_eq!(why.lines().count(), 1);
+    assert_ne!(v["verdict"]["limit"], "destination");
+    // The text form says so in its line.
+    let o = run(&["test", "--seconds", "5", "--token-file", &d.token_arg(), &d.url("ro")]);
+    assert!(String::from_utf8_lossy(&o.stdout).lines().any(|l| l.starts_with("destination  skipped: ") && l.contains("not writable")), "{}", String::from_utf8_lossy(&o.stdout));
+    // A directory that is not there is skipped too, with the others measured.
+    let v = report(&run(&["test", "--seconds", "5", "--json", "--token-file", &d.token_arg(), &d.url("missing")]));
+    assert_complete(&v, false);
+    assert!(v["destination"]["skipped"].as_str().unwrap().contains("No such file"), "{v}");
+}
+
+#[test]
+fn a_second_test_at_once_is_refused() {
+    let t = scratch();
+    let root = t.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let d = Daemon::start(&root, &t.path().join("token"));
+    let first = Command::new(tern_bin())
+        .args(["test", "--seconds", "10", "--json", "--token-file", &d.token_arg(), &d.url("")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let o = run(&["test", "--seconds", "5", "--token-file", &d.token_arg(), &d.url("")]);
+    assert_eq!(o.status.code(), Some(1), "{}", err(&o));
+    let e = err(&o);
+    assert_eq!(e.trim_end().lines().count(), 1, "one line: {e}");
+    assert!(e.contains("already running a path test"), "{e}");
+    let out = first.wait_with_output().unwrap();
+    assert_complete(&report(&out), true);
+    // Once it is over, the next one runs.
+    assert_complete(&report(&run(&["test", "--seconds", "5", "--json", "--token-file", &d.token_arg(), &d.url("")])), true);
+    assert_clean(&root);
+}
+
+/// Two private network namespaces joined by a veth pair (A 10.201.0.1, B 10.201.0.2), named by
+/// this process's id so parallel runs and the bench bed (`bench/netns.sh`'s tern-a/tern-b) are
+/// left alone; removed on drop. `None` (with a note) where namespaces cannot be made.
+struct Netns {
+    a: String,
+    b: String,
+    daemon: Option<std::process::Child>,
+}
+
+impl Netns {
+    fn up(tag: &str) -> Option<Self> {
+        let id = std::process::id();
+        let (a, b, va, vb) = (format!("tpa{tag}{id}"), format!("tpb{tag}{id}"), format!("tpva{tag}{id}"), format!("tpvb{tag}{id}"));
+        let ip = |args: &[&str]| Command::new("ip").args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+        if !ip(&["netns", "add", &a]) {
+            eprintln!("SKIP: cannot make network namespaces (needs root and iproute2)");
+            return None;
+        }
+        let me = Netns { a: a.clone(), b: b.clone(), daemon: None };
+        assert!(ip(&["netns", "add", &b]));
+        assert!(ip(&["link", "add", &va, "type", "veth", "peer", "name", &vb]));
+        assert!(ip(&["link", "set", &va, "netns", &a]) && ip(&["link", "set", &vb, "netns", &b]));
+        assert!(ip(&["-n", &a, "addr", "add", "10.201.0.1/24", "dev", &va]) && ip(&["-n", &b, "addr", "add", "10.201.0.2/24", "dev", &vb]));
+        for (ns, dev) in [(&a, &va), (&b, &vb)] {
+            assert!(ip(&["-n", ns, "link", "set", dev, "up"]) && ip(&["-n", ns, "link", "set", "lo", "up"]));
+        }
+        Some(me)
+    }
+
+    /// `tc qdisc add dev DEV root ARGS` on A's (`a`) or B's side of the link (its egress).
+    fn qdisc(&self, a: bool, args: &[&str]) {
+        let (ns, dev) = if a { (&self.a, self.a.replacen("tpa", "tpva", 1)) } else { (&self.b, self.b.replacen("tpb", "tpvb", 1)) };
+        let st = Command::new("tc").args(["-n", ns, "qdisc", "add", "dev", &dev, "root"]).args(args).status().unwrap();
+        assert!(st.success(), "tc {args:?}");
+    }
+
+    /// `tern serve` in B on 10.201.0.2:7788 for `root`.
+    fn serve(&mut self, root: &Path, token: &Path) {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &self.b, tern_bin(), "serve", "--listen", "10.201.0.2:7788", "--root"])
+            .arg(root)
+            .arg("--token-file")
+            .arg(token)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("listening on") {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        self.daemon = Some(child);
+        rx.recv_timeout(Duration::from_secs(10)).expect("the daemon in the namespace did not start");
+    }
+
+    /// `tern test ARGS` run in A.
+    fn test(&self, args: &[&str]) -> Output {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.a, tern_bin(), "test"]).args(args).stdin(Stdio::null());
+        run_bounded(cmd, Duration::from_secs(120))
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        if let Some(mut d) = self.daemon.take() {
+            let _ = d.kill();
+            let _ = d.wait();
+        }
+        for ns in [&self.a, &self.b] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+/// A link capped at 300 Mb/s by `tbf`: the verdict is the network, and the N-stream number is
+/// within 15 % of the cap (TCP/IP headers take about 4 % of it).
+#[test]
+fn a_link_capped_at_300_mbits_is_named_with_its_rate() {
+    let Some(mut n) = Netns::up("c") else { return };
+    n.qdisc(true, &["tbf", "rate", "300mbit", "burst", "64kb", "latency", "50ms"]);
+    let t = scratch();
+    std::fs::create_dir_all(t.path().join("root")).unwrap();
+    let token = t.path().join("token");
+    n.serve(&t.path().join("root"), &token);
+    let v = report(&n.test(&["--seconds", "10", "--json", "--token-file", token.to_str().unwrap(), "tern://10.201.0.2:7788/"]));
+    assert_complete(&v, true);
+    assert_eq!(v["verdict"]["limit"], "network", "{v}");
+    let many = v["network"]["many_gbps"].as_f64().unwrap();
+    assert!((many - 0.3).abs() <= 0.15 * 0.3, "{many} Gb/s against a 300 Mb/s cap: {v}");
+    assert!((v["expected_gbps"].as_f64().unwrap() - many).abs() < 1e-9);
+}
+
+/// A daemon without path tests (an older build's Hello) is refused by the client in one line
+/// naming the upgrade, before anything is asked of it.
+#[test]
+fn an_older_daemon_is_refused_with_one_line() {
+    let t = scratch();
+    let root = t.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    // Every feature bit of the build before path tests.
+    let older = (1u64 | 2 | 4 | 8 | 16 | 32 | 64 | 128).to_string();
+    let d = Daemon::start_on(&root, &t.path().join("token"), 0, &[("TERN_DEBUG_FEATURES", &older)]);
+    let o = run(&["test", "--seconds", "5", "--token-file", &d.token_arg(), &d.url("")]);
+    assert_eq!(o.status.code(), Some(1), "{}", err(&o));
+    let e = err(&o);
+    assert_eq!(e.trim_end().lines().count(), 1, "one line: {e}");
+    assert!(e.contains("older tern without path tests; upgrade it there"), "{e}");
+}
