@@ -202,7 +202,7 @@ fn a_second_test_at_once_is_refused() {
     assert_clean(&root);
 }
 
-/// Two private network namespaces joined by a veth pair (A 10.201.0.1, B 10.201.0.2), named by
+/// Two private network namespaces joined by a veth pair (A 198.19.201.1, B 198.19.201.2), named by
 /// this process's id so parallel runs and the bench bed (`bench/netns.sh`'s tern-a/tern-b) are
 /// left alone; removed on drop. `None` (with a note) where namespaces cannot be made.
 struct Netns {
@@ -224,7 +224,7 @@ impl Netns {
         assert!(ip(&["netns", "add", &b]));
         assert!(ip(&["link", "add", &va, "type", "veth", "peer", "name", &vb]));
         assert!(ip(&["link", "set", &va, "netns", &a]) && ip(&["link", "set", &vb, "netns", &b]));
-        assert!(ip(&["-n", &a, "addr", "add", "10.201.0.1/24", "dev", &va]) && ip(&["-n", &b, "addr", "add", "10.201.0.2/24", "dev", &vb]));
+        assert!(ip(&["-n", &a, "addr", "add", "198.19.201.1/24", "dev", &va]) && ip(&["-n", &b, "addr", "add", "198.19.201.2/24", "dev", &vb]));
         for (ns, dev) in [(&a, &va), (&b, &vb)] {
             assert!(ip(&["-n", ns, "link", "set", dev, "up"]) && ip(&["-n", ns, "link", "set", "lo", "up"]));
         }
@@ -238,10 +238,10 @@ impl Netns {
         assert!(st.success(), "tc {args:?}");
     }
 
-    /// `tern serve` in B on 10.201.0.2:7788 for `root`.
+    /// `tern serve` in B on 198.19.201.2:7788 for `root`.
     fn serve(&mut self, root: &Path, token: &Path) {
         let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.b, tern_bin(), "serve", "--listen", "10.201.0.2:7788", "--root"])
+            .args(["netns", "exec", &self.b, tern_bin(), "serve", "--listen", "198.19.201.2:7788", "--root"])
             .arg(root)
             .arg("--token-file")
             .arg(token)
@@ -293,7 +293,7 @@ fn a_link_capped_at_300_mbits_is_named_with_its_rate() {
     std::fs::create_dir_all(t.path().join("root")).unwrap();
     let token = t.path().join("token");
     n.serve(&t.path().join("root"), &token);
-    let v = report(&n.test(&["--seconds", "10", "--json", "--token-file", token.to_str().unwrap(), "tern://10.201.0.2:7788/"]));
+    let v = report(&n.test(&["--seconds", "10", "--json", "--token-file", token.to_str().unwrap(), "tern://198.19.201.2:7788/"]));
     assert_complete(&v, true);
     assert_eq!(v["verdict"]["limit"], "network", "{v}");
     let many = v["network"]["many_gbps"].as_f64().unwrap();
