@@ -16,17 +16,25 @@ use postgres::error::SqlState;
 use postgres::{Client, NoTls, Row};
 use serde_json::Value;
 
+use crate::model::pathtest::{Schedule, TestResult, TestSpec};
 use crate::model::{Job, JobSpec, JobState, Scope, TokenInfo, Totals};
 use crate::store::{JobStore, NewToken, StoreError, StoreResult};
 
 /// Applied in order inside one transaction; `tern_schema.version` records how many ran.
 /// Never edit a shipped one: add the next file instead (and its SQLite twin).
-const MIGRATIONS: &[&str] = &[include_str!("../migrations/postgres/0001_init.sql"), include_str!("../migrations/postgres/0002_fair_share.sql"), include_str!("../migrations/postgres/0003_run_as.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/postgres/0001_init.sql"),
+    include_str!("../migrations/postgres/0002_fair_share.sql"),
+    include_str!("../migrations/postgres/0003_run_as.sql"),
+    include_str!("../migrations/postgres/0004_path_tests.sql"),
+];
 
 /// Serialises migrations of several services starting against one database.
 const MIGRATION_LOCK: i64 = 0x7465_726e_0001;
 
 const JOB_COLUMNS: &str = "id, state, spec, owner, created_at, updated_at, started_at, finished_at, not_before, attempts, retries, progress, summary, error, notified";
+const SCHEDULE_COLUMNS: &str = "id, spec, owner, created_at, next_at, regressed, alert_pending";
+const RESULT_COLUMNS: &str = "id, at, ok, rtt_ms, one_gbps, many_gbps, streams, verdict, expected_gbps, error, baseline_gbps, regressed";
 const TOKEN_COLUMNS: &str = "id, name, scope, path_prefix, created_by, created_at, expires_at, revoked_at, last_used_at, run_as";
 
 pub struct PgStore {
@@ -168,6 +176,30 @@ fn token_row(r: &Row) -> StoreResult<TokenInfo> {
     let scope: String = r.get(2);
     let Some(scope) = Scope::parse(&scope) else { return Err(corrupt(format!("token {id}: scope '{scope}'"))) };
     Ok(TokenInfo { id, name: r.get(1), scope, path_prefix: r.get(3), created_by: r.get(4), created_at: r.get(5), expires_at: r.get(6), revoked_at: r.get(7), last_used_at: r.get(8), run_as: r.get(9) })
+}
+
+fn schedule_row(r: &Row) -> StoreResult<Schedule> {
+    let id: i64 = r.get(0);
+    let spec: String = r.get(1);
+    let spec: TestSpec = serde_json::from_str(&spec).map_err(|e| corrupt(format!("path test {id}: spec: {e}")))?;
+    Ok(Schedule { id, spec, owner: r.get(2), created_at: r.get(3), next_at: r.get(4), regressed: r.get::<_, i64>(5) != 0, alert_pending: r.get::<_, i64>(6) != 0 })
+}
+
+fn result_row(r: &Row) -> TestResult {
+    TestResult {
+        id: r.get(0),
+        at: r.get(1),
+        ok: r.get::<_, i64>(2) != 0,
+        rtt_ms: r.get(3),
+        one_gbps: r.get(4),
+        many_gbps: r.get(5),
+        streams: r.get::<_, Option<i64>>(6).and_then(|n| u16::try_from(n).ok()),
+        verdict: r.get(7),
+        expected_gbps: r.get(8),
+        error: r.get(9),
+        baseline_gbps: r.get(10),
+        regressed: r.get::<_, i64>(11) != 0,
+    }
 }
 
 fn states_sql(states: &[JobState]) -> String {
@@ -356,5 +388,81 @@ impl JobStore for PgStore {
         let n: i64 =
             self.with(|c| c.query_one("SELECT COUNT(*) FROM tokens WHERE scope = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > $2)", &[&scope.as_str(), &now]).map(|r| r.get(0)))?;
         Ok(n as u64)
+    }
+
+    fn insert_schedule(&self, spec: &TestSpec, owner: Option<&str>, now: i64) -> StoreResult<Schedule> {
+        let spec_json = serde_json::to_string(spec).map_err(|e| StoreError::Db(e.to_string()))?;
+        let row =
+            self.with(|c| c.query_one(&format!("INSERT INTO path_tests (spec, owner, created_at, next_at) VALUES ($1, $2, $3, $3) RETURNING {SCHEDULE_COLUMNS}"), &[&spec_json, &owner, &now]))?;
+        schedule_row(&row)
+    }
+
+    fn get_schedule(&self, id: i64) -> StoreResult<Option<Schedule>> {
+        let row = self.with(|c| c.query_opt(&format!("SELECT {SCHEDULE_COLUMNS} FROM path_tests WHERE id = $1"), &[&id]))?;
+        row.as_ref().map(schedule_row).transpose()
+    }
+
+    fn list_schedules(&self, owner: Option<&str>) -> StoreResult<Vec<Schedule>> {
+        let rows = self.with(|c| c.query(&format!("SELECT {SCHEDULE_COLUMNS} FROM path_tests WHERE ($1::TEXT IS NULL OR owner = $1) ORDER BY id"), &[&owner]))?;
+        rows.iter().map(schedule_row).collect()
+    }
+
+    fn delete_schedule(&self, id: i64) -> StoreResult<bool> {
+        let n = self.with(|c| {
+            let mut tx = c.transaction()?;
+            tx.execute("DELETE FROM path_test_results WHERE schedule_id = $1", &[&id])?;
+            let n = tx.execute("DELETE FROM path_tests WHERE id = $1", &[&id])?;
+            tx.commit()?;
+            Ok(n)
+        })?;
+        Ok(n == 1)
+    }
+
+    fn due_schedule(&self, now: i64) -> StoreResult<Option<Schedule>> {
+        let row = self.with(|c| c.query_opt(&format!("SELECT {SCHEDULE_COLUMNS} FROM path_tests WHERE next_at <= $1 ORDER BY next_at, id LIMIT 1"), &[&now]))?;
+        row.as_ref().map(schedule_row).transpose()
+    }
+
+    fn record_result(&self, schedule_id: i64, r: &TestResult, next_at: i64, regressed: bool, alert: bool, keep: u32) -> StoreResult<Option<TestResult>> {
+        let (reg, al, ok, res_reg, keep) = (regressed as i64, alert as i64, r.ok as i64, r.regressed as i64, i64::from(keep));
+        let streams = r.streams.map(i64::from);
+        self.with(|c| {
+            let mut tx = c.transaction()?;
+            let n = tx.execute("UPDATE path_tests SET next_at = $1, regressed = $2, alert_pending = GREATEST(alert_pending, $3) WHERE id = $4", &[&next_at, &reg, &al, &schedule_id])?;
+            if n == 0 {
+                return Ok(None);
+            }
+            let row = tx.query_one(
+                &format!(
+                    "INSERT INTO path_test_results (schedule_id, at, ok, rtt_ms, one_gbps, many_gbps, streams, verdict, expected_gbps, error, baseline_gbps, regressed)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING {RESULT_COLUMNS}"
+                ),
+                &[&schedule_id, &r.at, &ok, &r.rtt_ms, &r.one_gbps, &r.many_gbps, &streams, &r.verdict, &r.expected_gbps, &r.error, &r.baseline_gbps, &res_reg],
+            )?;
+            tx.execute(
+                "DELETE FROM path_test_results WHERE schedule_id = $1 AND id <= (SELECT id FROM path_test_results WHERE schedule_id = $1 ORDER BY id DESC LIMIT 1 OFFSET $2)",
+                &[&schedule_id, &keep],
+            )?;
+            tx.commit()?;
+            Ok(Some(result_row(&row)))
+        })
+    }
+
+    fn list_results(&self, schedule_id: i64, before: Option<i64>, limit: u32) -> StoreResult<Vec<TestResult>> {
+        let limit = i64::from(limit);
+        let rows = self.with(|c| {
+            c.query(&format!("SELECT {RESULT_COLUMNS} FROM path_test_results WHERE schedule_id = $1 AND ($2::BIGINT IS NULL OR id < $2) ORDER BY id DESC LIMIT $3"), &[&schedule_id, &before, &limit])
+        })?;
+        Ok(rows.iter().rev().map(result_row).collect())
+    }
+
+    fn pending_test_alerts(&self) -> StoreResult<Vec<Schedule>> {
+        let rows = self.with(|c| c.query(&format!("SELECT {SCHEDULE_COLUMNS} FROM path_tests WHERE alert_pending = 1 ORDER BY id"), &[]))?;
+        rows.iter().map(schedule_row).collect()
+    }
+
+    fn mark_test_alert_sent(&self, id: i64) -> StoreResult<()> {
+        self.with(|c| c.execute("UPDATE path_tests SET alert_pending = 0 WHERE id = $1", &[&id]))?;
+        Ok(())
     }
 }

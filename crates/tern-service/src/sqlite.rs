@@ -10,14 +10,22 @@ use std::sync::Mutex;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::Value;
 
+use crate::model::pathtest::{Schedule, TestResult, TestSpec};
 use crate::model::{Job, JobSpec, JobState, Scope, TokenInfo, Totals};
 use crate::store::{JobStore, NewToken, StoreError, StoreResult};
 
 /// Applied in order; `PRAGMA user_version` records how many ran. Never edit a shipped one: add
 /// the next file instead.
-const MIGRATIONS: &[&str] = &[include_str!("../migrations/sqlite/0001_init.sql"), include_str!("../migrations/sqlite/0002_fair_share.sql"), include_str!("../migrations/sqlite/0003_run_as.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/sqlite/0001_init.sql"),
+    include_str!("../migrations/sqlite/0002_fair_share.sql"),
+    include_str!("../migrations/sqlite/0003_run_as.sql"),
+    include_str!("../migrations/sqlite/0004_path_tests.sql"),
+];
 
 const JOB_COLUMNS: &str = "id, state, spec, owner, created_at, updated_at, started_at, finished_at, not_before, attempts, retries, progress, summary, error, notified";
+const SCHEDULE_COLUMNS: &str = "id, spec, owner, created_at, next_at, regressed, alert_pending";
+const RESULT_COLUMNS: &str = "id, at, ok, rtt_ms, one_gbps, many_gbps, streams, verdict, expected_gbps, error, baseline_gbps, regressed";
 const TOKEN_COLUMNS: &str = "id, name, scope, path_prefix, created_by, created_at, expires_at, revoked_at, last_used_at, run_as";
 
 /// How long a write waits for another process's lock before the request fails with "locked".
@@ -154,6 +162,33 @@ fn token_row(r: &Row<'_>) -> rusqlite::Result<Result<TokenInfo, StoreError>> {
         last_used_at: r.get(8)?,
         run_as: r.get(9)?,
     }))
+}
+
+fn schedule_row(r: &Row<'_>) -> rusqlite::Result<Result<Schedule, StoreError>> {
+    let id: i64 = r.get(0)?;
+    let spec: String = r.get(1)?;
+    let spec: TestSpec = match serde_json::from_str(&spec) {
+        Ok(s) => s,
+        Err(e) => return Ok(Err(StoreError::Corrupt(format!("path test {id}: spec: {e}")))),
+    };
+    Ok(Ok(Schedule { id, spec, owner: r.get(2)?, created_at: r.get(3)?, next_at: r.get(4)?, regressed: r.get::<_, i64>(5)? != 0, alert_pending: r.get::<_, i64>(6)? != 0 }))
+}
+
+fn result_row(r: &Row<'_>) -> rusqlite::Result<TestResult> {
+    Ok(TestResult {
+        id: r.get(0)?,
+        at: r.get(1)?,
+        ok: r.get::<_, i64>(2)? != 0,
+        rtt_ms: r.get(3)?,
+        one_gbps: r.get(4)?,
+        many_gbps: r.get(5)?,
+        streams: r.get::<_, Option<i64>>(6)?.and_then(|n| u16::try_from(n).ok()),
+        verdict: r.get(7)?,
+        expected_gbps: r.get(8)?,
+        error: r.get(9)?,
+        baseline_gbps: r.get(10)?,
+        regressed: r.get::<_, i64>(11)? != 0,
+    })
 }
 
 fn states_sql(states: &[JobState]) -> String {
@@ -364,6 +399,88 @@ impl JobStore for SqliteStore {
             .query_row("SELECT COUNT(*) FROM tokens WHERE scope = ?1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?2)", params![scope.as_str(), now], |r| r.get(0))
             .map_err(db)?;
         Ok(n as u64)
+    }
+
+    fn insert_schedule(&self, spec: &TestSpec, owner: Option<&str>, now: i64) -> StoreResult<Schedule> {
+        let spec_json = serde_json::to_string(spec).map_err(|e| StoreError::Db(e.to_string()))?;
+        let c = self.lock();
+        c.query_row(&format!("INSERT INTO path_tests (spec, owner, created_at, next_at) VALUES (?1, ?2, ?3, ?3) RETURNING {SCHEDULE_COLUMNS}"), params![spec_json, owner, now], schedule_row)
+            .map_err(db)?
+    }
+
+    fn get_schedule(&self, id: i64) -> StoreResult<Option<Schedule>> {
+        let c = self.lock();
+        c.query_row(&format!("SELECT {SCHEDULE_COLUMNS} FROM path_tests WHERE id = ?1"), [id], schedule_row).optional().map_err(db)?.transpose()
+    }
+
+    fn list_schedules(&self, owner: Option<&str>) -> StoreResult<Vec<Schedule>> {
+        let c = self.lock();
+        let mut st = c.prepare_cached(&format!("SELECT {SCHEDULE_COLUMNS} FROM path_tests WHERE (?1 IS NULL OR owner = ?1) ORDER BY id")).map_err(db)?;
+        let rows = st.query_map(params![owner], schedule_row).map_err(db)?;
+        rows.map(|r| r.map_err(db).and_then(|x| x)).collect()
+    }
+
+    fn delete_schedule(&self, id: i64) -> StoreResult<bool> {
+        let mut c = self.lock();
+        let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(db)?;
+        tx.execute("DELETE FROM path_test_results WHERE schedule_id = ?1", [id]).map_err(db)?;
+        let n = tx.execute("DELETE FROM path_tests WHERE id = ?1", [id]).map_err(db)?;
+        tx.commit().map_err(db)?;
+        Ok(n == 1)
+    }
+
+    fn due_schedule(&self, now: i64) -> StoreResult<Option<Schedule>> {
+        let c = self.lock();
+        c.query_row(&format!("SELECT {SCHEDULE_COLUMNS} FROM path_tests WHERE next_at <= ?1 ORDER BY next_at, id LIMIT 1"), [now], schedule_row).optional().map_err(db)?.transpose()
+    }
+
+    fn record_result(&self, schedule_id: i64, r: &TestResult, next_at: i64, regressed: bool, alert: bool, keep: u32) -> StoreResult<Option<TestResult>> {
+        let mut c = self.lock();
+        let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(db)?;
+        let n = tx
+            .execute("UPDATE path_tests SET next_at = ?1, regressed = ?2, alert_pending = MAX(alert_pending, ?3) WHERE id = ?4", params![next_at, regressed as i64, alert as i64, schedule_id])
+            .map_err(db)?;
+        if n == 0 {
+            return Ok(None);
+        }
+        let row = tx
+            .query_row(
+                &format!(
+                    "INSERT INTO path_test_results (schedule_id, at, ok, rtt_ms, one_gbps, many_gbps, streams, verdict, expected_gbps, error, baseline_gbps, regressed)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) RETURNING {RESULT_COLUMNS}"
+                ),
+                params![schedule_id, r.at, r.ok as i64, r.rtt_ms, r.one_gbps, r.many_gbps, r.streams.map(i64::from), r.verdict, r.expected_gbps, r.error, r.baseline_gbps, r.regressed as i64],
+                result_row,
+            )
+            .map_err(db)?;
+        tx.execute(
+            "DELETE FROM path_test_results WHERE schedule_id = ?1 AND id <= (SELECT id FROM path_test_results WHERE schedule_id = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)",
+            params![schedule_id, keep],
+        )
+        .map_err(db)?;
+        tx.commit().map_err(db)?;
+        Ok(Some(row))
+    }
+
+    fn list_results(&self, schedule_id: i64, before: Option<i64>, limit: u32) -> StoreResult<Vec<TestResult>> {
+        let c = self.lock();
+        let mut st = c.prepare_cached(&format!("SELECT {RESULT_COLUMNS} FROM path_test_results WHERE schedule_id = ?1 AND (?2 IS NULL OR id < ?2) ORDER BY id DESC LIMIT ?3")).map_err(db)?;
+        let rows = st.query_map(params![schedule_id, before, limit], result_row).map_err(db)?;
+        let mut out = rows.collect::<rusqlite::Result<Vec<_>>>().map_err(db)?;
+        out.reverse();
+        Ok(out)
+    }
+
+    fn pending_test_alerts(&self) -> StoreResult<Vec<Schedule>> {
+        let c = self.lock();
+        let mut st = c.prepare_cached(&format!("SELECT {SCHEDULE_COLUMNS} FROM path_tests WHERE alert_pending = 1 ORDER BY id")).map_err(db)?;
+        let rows = st.query_map([], schedule_row).map_err(db)?;
+        rows.map(|r| r.map_err(db).and_then(|x| x)).collect()
+    }
+
+    fn mark_test_alert_sent(&self, id: i64) -> StoreResult<()> {
+        self.lock().execute("UPDATE path_tests SET alert_pending = 0 WHERE id = ?1", [id]).map_err(db)?;
+        Ok(())
     }
 }
 

@@ -7,6 +7,7 @@
 
 use serde_json::Value;
 
+use crate::model::pathtest::{Schedule, TestResult, TestSpec};
 use crate::model::{Job, JobSpec, JobState, Scope, TokenInfo, Totals};
 
 #[derive(Debug, thiserror::Error)]
@@ -104,4 +105,25 @@ pub trait JobStore: Send + Sync + 'static {
     fn touch_token(&self, id: &str, now: i64) -> StoreResult<()>;
     /// Tokens of this scope that are neither revoked nor expired.
     fn live_tokens(&self, scope: Scope, now: i64) -> StoreResult<u64>;
+
+    // ---------- scheduled path tests (docs/service.md "Scheduled path tests") ----------
+
+    /// A new schedule, due at `now`.
+    fn insert_schedule(&self, spec: &TestSpec, owner: Option<&str>, now: i64) -> StoreResult<Schedule>;
+    fn get_schedule(&self, id: i64) -> StoreResult<Option<Schedule>>;
+    /// Oldest first; `owner` restricts to one token's schedules.
+    fn list_schedules(&self, owner: Option<&str>) -> StoreResult<Vec<Schedule>>;
+    /// Removes the schedule and its results; false if there was none.
+    fn delete_schedule(&self, id: i64) -> StoreResult<bool>;
+    /// The schedule due longest ago (`next_at <= now`), if any.
+    fn due_schedule(&self, now: i64) -> StoreResult<Option<Schedule>>;
+    /// Stores a run's result (returned with its id), sets the schedule's next run and regressed
+    /// state, marks a notification pending when `alert`, and keeps only the newest `keep`
+    /// results. False-free: a schedule deleted meanwhile just drops the result (`None`).
+    fn record_result(&self, schedule_id: i64, r: &TestResult, next_at: i64, regressed: bool, alert: bool, keep: u32) -> StoreResult<Option<TestResult>>;
+    /// Oldest first: the newest `limit` results with id below `before` (all when None).
+    fn list_results(&self, schedule_id: i64, before: Option<i64>, limit: u32) -> StoreResult<Vec<TestResult>>;
+    /// Schedules with a regression notification not yet delivered.
+    fn pending_test_alerts(&self) -> StoreResult<Vec<Schedule>>;
+    fn mark_test_alert_sent(&self, id: i64) -> StoreResult<()>;
 }

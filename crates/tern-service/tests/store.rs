@@ -11,6 +11,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tern_service::model::pathtest::{TestResult, TestSpec};
 use tern_service::model::{JobOptions, JobSpec, JobState, Scope};
 use tern_service::store::{JobStore, NewToken, StoreError};
 
@@ -235,6 +236,84 @@ fn claims_share_slots_fairly_between_owners(b: &dyn Backend) {
     assert_eq!(order, vec![a[0], bo[0], a[1], bo[1], a[2]]);
 }
 
+fn test_spec(dest: &str) -> TestSpec {
+    TestSpec {
+        dest: dest.into(),
+        every_s: 600,
+        streams: Some(4),
+        seconds: 5,
+        pull: false,
+        no_encrypt: false,
+        token_file: None,
+        alert_below: 0.5,
+        notify: Some("https://example.org/h".into()),
+        label: None,
+    }
+}
+
+fn result(at: i64, many: Option<f64>) -> TestResult {
+    TestResult {
+        at,
+        ok: many.is_some(),
+        rtt_ms: Some(0.2),
+        one_gbps: many.map(|m| m / 2.0),
+        many_gbps: many,
+        streams: Some(4),
+        verdict: Some("network".into()),
+        error: many.is_none().then(|| "refused".into()),
+        ..Default::default()
+    }
+}
+
+/// Scheduled path tests: due order, results oldest first and bounded, paging, regressed and
+/// pending-alert state, owners, delete (with the results), and all of it kept across a reopen.
+fn path_test_schedules_and_results(b: &dyn Backend) {
+    let s = b.open("pathtests");
+    let a = s.insert_schedule(&test_spec("tern://dtn2/x"), Some("alice"), 100).unwrap();
+    let c = s.insert_schedule(&test_spec("tern://dtn3/y"), Some("bob"), 50).unwrap();
+    assert_eq!((a.next_at, a.regressed, a.alert_pending, a.spec.clone()), (100, false, false, test_spec("tern://dtn2/x")));
+    assert_eq!(s.due_schedule(49).unwrap().map(|x| x.id), None);
+    assert_eq!(s.due_schedule(100).unwrap().unwrap().id, c.id, "the one due longest ago first");
+    assert_eq!(s.list_schedules(Some("alice")).unwrap().iter().map(|x| x.id).collect::<Vec<_>>(), [a.id]);
+    assert_eq!(s.list_schedules(None).unwrap().len(), 2);
+    for i in 0..7 {
+        let r = s.record_result(a.id, &result(100 + i, (i != 3).then_some(1.0 + i as f64)), 700 + i, false, false, 5).unwrap().unwrap();
+        assert!(r.id > 0 && r.at == 100 + i);
+    }
+    let all = s.list_results(a.id, None, 100).unwrap();
+    assert_eq!(all.iter().map(|r| r.at).collect::<Vec<_>>(), [102, 103, 104, 105, 106], "the newest 5 kept, oldest first");
+    assert_eq!((all[1].ok, all[1].error.as_deref(), all[1].many_gbps), (false, Some("refused"), None));
+    assert_eq!((all[4].many_gbps, all[4].one_gbps, all[4].streams, all[4].verdict.as_deref()), (Some(7.0), Some(3.5), Some(4), Some("network")));
+    let page = s.list_results(a.id, None, 2).unwrap();
+    assert_eq!(page.iter().map(|r| r.at).collect::<Vec<_>>(), [105, 106]);
+    let older = s.list_results(a.id, Some(page[0].id), 2).unwrap();
+    assert_eq!(older.iter().map(|r| r.at).collect::<Vec<_>>(), [103, 104]);
+    assert!(s.list_results(c.id, None, 10).unwrap().is_empty());
+    // Crossing into regression leaves a pending alert until it is marked sent.
+    let mut bad = result(200, Some(0.1));
+    (bad.baseline_gbps, bad.regressed) = (Some(5.0), true);
+    let stored = s.record_result(a.id, &bad, 800, true, true, 5).unwrap().unwrap();
+    assert_eq!((stored.regressed, stored.baseline_gbps), (true, Some(5.0)));
+    let got = s.get_schedule(a.id).unwrap().unwrap();
+    assert_eq!((got.next_at, got.regressed, got.alert_pending), (800, true, true));
+    assert_eq!(s.pending_test_alerts().unwrap().iter().map(|x| x.id).collect::<Vec<_>>(), [a.id]);
+    // Still regressed, no new alert: the pending one stays pending.
+    s.record_result(a.id, &result(201, Some(0.1)), 900, true, false, 5).unwrap();
+    assert!(s.get_schedule(a.id).unwrap().unwrap().alert_pending);
+    s.mark_test_alert_sent(a.id).unwrap();
+    assert!(s.pending_test_alerts().unwrap().is_empty());
+    drop(s);
+    // Reopened: everything is still there.
+    let s = b.open("pathtests");
+    assert_eq!(s.list_results(a.id, None, 100).unwrap().len(), 5);
+    assert_eq!(s.get_schedule(a.id).unwrap().unwrap().next_at, 900);
+    assert!(s.delete_schedule(a.id).unwrap());
+    assert!(!s.delete_schedule(a.id).unwrap());
+    assert!(s.get_schedule(a.id).unwrap().is_none() && s.list_results(a.id, None, 100).unwrap().is_empty());
+    assert_eq!(s.record_result(a.id, &result(300, Some(1.0)), 1000, false, false, 5).unwrap(), None, "a deleted schedule's late result is dropped");
+    assert_eq!(s.list_schedules(None).unwrap().len(), 1);
+}
+
 fn run_suite(b: &dyn Backend) {
     type Check = fn(&dyn Backend);
     let checks: &[(&str, Check)] = &[
@@ -247,6 +326,7 @@ fn run_suite(b: &dyn Backend) {
         ("tokens_hashed_revoked_and_expiring", tokens_hashed_revoked_and_expiring),
         ("concurrent_claims_never_double_claim", concurrent_claims_never_double_claim),
         ("claims_share_slots_fairly_between_owners", claims_share_slots_fairly_between_owners),
+        ("path_test_schedules_and_results", path_test_schedules_and_results),
     ];
     for (name, check) in checks {
         let t = Instant::now();

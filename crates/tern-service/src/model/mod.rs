@@ -3,12 +3,14 @@
 //!   store returns;
 //! - `validate.rs` what a spec may hold, checked at submit without touching the file system;
 //! - `command.rs` the child `tern` command line the runner executes for a job;
+//! - `pathtest.rs` scheduled path tests: request, bounds, child argv, results, baseline;
 //! - `time.rs` deadlines: RFC 3339 and durations to unix seconds and back.
 //!
 //! Everything is re-exported here, so callers name `model::JobSpec`, `model::now`, ... whatever
 //! file it lives in.
 
 mod command;
+pub mod pathtest;
 mod time;
 mod types;
 mod validate;
