@@ -10,6 +10,7 @@ pub mod mail;
 pub mod model;
 pub mod netallow;
 pub mod notify;
+pub mod pathtests;
 pub mod pg;
 pub mod policy;
 pub mod runas;
@@ -82,6 +83,12 @@ pub fn start(cfg: ServiceConfig) -> Result<Started, String> {
     // Read here, outside the runtime: store calls block (PostgreSQL's client would refuse to
     // run inside an async context).
     let pending = store.pending_notifications().map_err(|e| e.to_string())?;
+    let mut pending_alerts = Vec::new();
+    for s in store.pending_test_alerts().map_err(|e| e.to_string())? {
+        if let Some(r) = store.list_results(s.id, None, 1).map_err(|e| e.to_string())?.pop() {
+            pending_alerts.push((s, r));
+        }
+    }
     let tls_config = match (&cfg.tls_cert, &cfg.tls_key) {
         (Some(c), Some(k)) => tls::load(c, k)?,
         (None, None) => tls::load_or_create(dir)?,
@@ -105,6 +112,15 @@ pub fn start(cfg: ServiceConfig) -> Result<Started, String> {
                 };
                 let notify_store = store.clone();
                 let allow = Arc::new(cfg.runner.policy.webhook_allow.clone());
+                let (alert_store, alert_mailer, alert_allow) = (store.clone(), mailer.clone(), allow.clone());
+                let on_alert: pathtests::OnAlert = Arc::new(move |s, r| {
+                    tokio::spawn(notify::deliver_test_alert(alert_store.clone(), alert_mailer.clone(), alert_allow.clone(), s, r));
+                });
+                let tester = pathtests::Tester::new(store.clone(), cfg.runner.clone(), on_alert.clone());
+                tokio::spawn(tester.clone().run());
+                for (s, r) in pending_alerts {
+                    on_alert(s, r);
+                }
                 let on_done: Arc<dyn Fn(Job) + Send + Sync> = Arc::new(move |job: Job| {
                     if job.spec.notify.is_some() && !job.notified {
                         tokio::spawn(notify::deliver(notify_store.clone(), mailer.clone(), allow.clone(), job));
@@ -118,7 +134,7 @@ pub fn start(cfg: ServiceConfig) -> Result<Started, String> {
                 for j in pending {
                     on_done(j);
                 }
-                let state = api::AppState::new(store, runner, on_done, policy, cfg.metrics_anonymous).with_mail(mail_enabled);
+                let state = api::AppState::new(store, runner, tester, on_done, policy, cfg.metrics_anonymous).with_mail(mail_enabled);
                 tls::serve(listener, tls_config, api::router(state)).await;
             });
         })
@@ -172,5 +188,5 @@ fn first_admin_token(store: &dyn JobStore, dir: &std::path::Path) -> Result<Opti
 /// Defaults for `tern serve`.
 pub fn runner_config(max_jobs: usize, max_attempts: u32, retry_base: Duration, policy: policy::Policy) -> Result<RunnerConfig, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find the tern binary to run jobs with: {e}"))?;
-    Ok(RunnerConfig { exe, max_jobs: max_jobs.max(1), max_attempts: max_attempts.max(1), retry_base, policy: Arc::new(policy) })
+    Ok(RunnerConfig { exe, max_jobs: max_jobs.max(1), max_attempts: max_attempts.max(1), retry_base, policy: Arc::new(policy), test_min_every_s: model::pathtest::DEFAULT_MIN_EVERY_S })
 }

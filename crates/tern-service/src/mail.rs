@@ -52,10 +52,14 @@ impl Mailer {
 
     /// Sends the job's outcome to `to` (blocking; one try).
     pub fn send(&self, to: &str, job: &Job) -> Result<(), String> {
-        let to: Mailbox = to.parse().map_err(|e| format!("mailto:{to}: {e}"))?;
         let label = job.spec.label.as_deref().map(|l| format!(" ({l})")).unwrap_or_default();
-        let subject = format!("tern job {} {}{label}", job.id, job.state.as_str());
-        let msg = Message::builder().from(self.from.clone()).to(to).subject(subject).header(ContentType::TEXT_PLAIN).body(body(job)).map_err(|e| format!("building the mail: {e}"))?;
+        self.send_text(to, &format!("tern job {} {}{label}", job.id, job.state.as_str()), body(job))
+    }
+
+    /// One plain-text message (blocking; one try).
+    pub fn send_text(&self, to: &str, subject: &str, text: String) -> Result<(), String> {
+        let to: Mailbox = to.parse().map_err(|e| format!("mailto:{to}: {e}"))?;
+        let msg = Message::builder().from(self.from.clone()).to(to).subject(subject).header(ContentType::TEXT_PLAIN).body(text).map_err(|e| format!("building the mail: {e}"))?;
         self.transport.send(&msg).map(drop).map_err(|e| format!("SMTP relay {}: {e}", self.relay))
     }
 }

@@ -118,6 +118,16 @@ impl Policy {
         self.account(token)
     }
 
+    /// A scheduled path test (docs/security-service.md "Scheduled path tests"): `dest` and
+    /// `token_file` as a job's destination and token file; a local dest (a self-test that
+    /// writes a scratch file there) needs an admin token. Returns the account it runs as.
+    pub fn check_test(&self, spec: &crate::model::pathtest::TestSpec, token: &TokenInfo) -> Result<Option<Account>, Refusal> {
+        if spec.is_local() && token.scope < Scope::Admin {
+            return Err(no("dest is a local path: a loopback self-test of the service's host needs an admin token; schedule tests to remote hosts (tern://HOST/DIR or HOST:DIR)"));
+        }
+        self.check_job(&spec.as_job(), token)
+    }
+
     fn host_allowed(&self, host: &str) -> bool {
         let h = host.trim_start_matches('[').trim_end_matches(']');
         self.allow_hosts.iter().any(|a| a == "*" || a.eq_ignore_ascii_case(h))

@@ -28,6 +28,8 @@ pub struct RunnerConfig {
     pub retry_base: Duration,
     /// Checked again as each attempt starts (links, tokens and files may have changed).
     pub policy: Arc<crate::policy::Policy>,
+    /// `--test-min-interval`: the shortest `every` a path-test schedule may have.
+    pub test_min_every_s: u64,
 }
 
 /// Longest stdout line kept (a summary with many errors is long, but not this long).

@@ -36,12 +36,16 @@ fn agent(addrs: Vec<SocketAddr>) -> ureq::Agent {
     ureq::Agent::with_parts(config, DefaultConnector::new(), Pinned(addrs))
 }
 
-/// One POST (blocking); Ok on a 2xx answer.
+/// One POST of `{"job": ...}` (blocking); Ok on a 2xx answer.
 pub fn post(url: &str, job: &Job, allow: &[Allow]) -> Result<(), String> {
+    post_json(url, &serde_json::json!({ "job": job }), allow)
+}
+
+/// One POST of `body` (blocking), under the same allow-list and pinning; Ok on a 2xx answer.
+pub fn post_json(url: &str, body: &serde_json::Value, allow: &[Allow]) -> Result<(), String> {
     // Again at delivery, resolved now: the connection uses exactly what this approved.
     let addrs = crate::netallow::check_webhook(url, allow)?;
-    let body = serde_json::json!({ "job": job });
-    match agent(addrs).post(url).send_json(&body) {
+    match agent(addrs).post(url).send_json(body) {
         Ok(r) if r.status().is_success() => Ok(()),
         Ok(r) => Err(format!("webhook {url} answered {}", r.status().as_u16())),
         Err(e) => Err(format!("webhook {url}: {e}")),

@@ -36,6 +36,13 @@ pub(crate) struct ConnArgs {
     token_file: Option<PathBuf>,
 }
 
+impl ConnArgs {
+    /// `--token-file` (or `TERN_TOKEN_FILE`), for a schedule the service runs.
+    pub(crate) fn token_file(&self) -> Option<&std::path::Path> {
+        self.token_file.as_deref()
+    }
+}
+
 #[derive(Args)]
 pub(crate) struct LsArgs {
     /// Long listing: type and permissions, size, modification time, name (as ls -l).

@@ -20,7 +20,33 @@ use tern_proto::TestWhat;
 pub(crate) struct TestArgs {
     /// Where transfers go: [user@]host:path, tern://host[:port]/path, or a local path (a
     /// loopback self-test of this host). The write test uses a scratch file in that directory.
-    dest: String,
+    #[arg(required_unless_present_any = ["schedules", "results", "unschedule"])]
+    dest: Option<String>,
+    /// Do not run it now: have the tern service (--server, as tern submit) run it every
+    /// DURATION (10m, 6h, 1d), keep the results and plot them; prints the schedule's id.
+    #[arg(long, value_name = "DURATION", conflicts_with_all = ["source", "schedules", "results", "unschedule"])]
+    every: Option<String>,
+    /// With --every: notify when the many-stream rate falls below this fraction of the path's
+    /// own baseline (the median of its last good results) [default: 0.5].
+    #[arg(long, value_name = "FRACTION", requires = "every")]
+    alert_below: Option<f64>,
+    /// With --every: where the regression notification goes (https://... webhook or mailto:ADDR).
+    #[arg(long, value_name = "URL", requires = "every")]
+    notify: Option<String>,
+    /// With --every: a name for the path on the dashboard.
+    #[arg(long, requires = "every")]
+    label: Option<String>,
+    /// List the service's path-test schedules (yours; an admin's token: all).
+    #[arg(long, conflicts_with_all = ["results", "unschedule"])]
+    schedules: bool,
+    /// List one schedule's results, oldest first.
+    #[arg(long, value_name = "ID", conflicts_with = "unschedule")]
+    results: Option<u64>,
+    /// Delete a schedule and its results.
+    #[arg(long, value_name = "ID")]
+    unschedule: Option<u64>,
+    #[command(flatten)]
+    service: crate::service_cli::ServerArgs,
     /// The whole test's time budget in seconds, 5 to 100 (each of its ten steps gets about a
     /// tenth; the far side allows a test 60 s of its own).
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(5..=100))]
@@ -214,7 +240,11 @@ fn outcome(o: &Outcome) -> (Option<f64>, Option<String>) {
 }
 
 pub(crate) fn run(a: TestArgs) -> Result<ExitCode> {
-    let ep = match Endpoint::parse(&a.dest) {
+    if a.every.is_some() || a.schedules || a.results.is_some() || a.unschedule.is_some() {
+        return scheduled(&a);
+    }
+    let dest = a.dest.clone().unwrap_or_default();
+    let ep = match Endpoint::parse(&dest) {
         Ok(ep) => ep,
         Err(e) => {
             eprintln!("tern: {e}");
@@ -286,7 +316,7 @@ pub(crate) fn run(a: TestArgs) -> Result<ExitCode> {
             "{}",
             serde_json::json!({
                 "type": "test",
-                "dest": a.dest,
+                "dest": dest,
                 "peer": report.peer,
                 "direction": direction,
                 "encrypt": plan.encrypt,
@@ -302,7 +332,7 @@ pub(crate) fn run(a: TestArgs) -> Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    println!("tern test {}: {} ({direction}, {}, {} s per step)", a.dest, report.peer, if plan.encrypt { "encrypted" } else { "--no-encrypt" }, step.as_secs_f64());
+    println!("tern test {dest}: {} ({direction}, {}, {} s per step)", report.peer, if plan.encrypt { "encrypted" } else { "--no-encrypt" }, step.as_secs_f64());
     println!("round trip   min {:.3} ms, median {:.3} ms (TCP connects to the data port)", rtt_ms.first().copied().unwrap_or(0.0), m.rtt_ms.unwrap_or(0.0));
     println!("network      1 stream {}, {n} streams {} (memory→memory, framed, hashed and sealed as a transfer)", gb(m.net_one), gb(m.net_many));
     match &w1_skip {
@@ -327,6 +357,101 @@ pub(crate) fn run(a: TestArgs) -> Result<ExitCode> {
         println!("fix          {fix}");
     }
     println!("expected     {} for large files (the slowest component)", gb(v.expected_gbps));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--every`, `--schedules`, `--results`, `--unschedule`: the service's scheduled tests
+/// (docs/service.md "Scheduled path tests").
+fn scheduled(a: &TestArgs) -> Result<ExitCode> {
+    let c = a.service.client()?;
+    let call = |method: &str, path: &str, body: Option<&serde_json::Value>| c.call(method, path, body).map_err(|e| anyhow::anyhow!("{e}"));
+    let num = |v: &serde_json::Value, k: &str| v[k].as_f64();
+    if let Some(every) = &a.every {
+        let mut dest = a.dest.clone().unwrap_or_default();
+        // The service has no working directory: a relative local path is made absolute here.
+        if let Ok(Endpoint::Local(p)) = Endpoint::parse(&dest)
+            && p.is_relative()
+        {
+            dest = std::path::absolute(&p)?.display().to_string();
+        }
+        let mut body = serde_json::json!({ "dest": dest, "every": every, "seconds": a.seconds, "pull": a.pull, "no_encrypt": a.no_encrypt });
+        for (k, v) in [("notify", &a.notify), ("label", &a.label)] {
+            if let Some(v) = v {
+                body[k] = v.clone().into();
+            }
+        }
+        if let Some(n) = a.streams {
+            body["streams"] = n.into();
+        }
+        if let Some(f) = a.alert_below {
+            body["alert_below"] = f.into();
+        }
+        if let Some(t) = a.conn.token_file() {
+            body["token_file"] = std::path::absolute(t)?.display().to_string().into();
+        }
+        let v = call("POST", "/v1/path-tests", Some(&body))?;
+        if a.json {
+            println!("{v}")
+        } else {
+            println!("{}", v["id"])
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(id) = a.unschedule {
+        let v = call("DELETE", &format!("/v1/path-tests/{id}"), None)?;
+        if a.json {
+            println!("{v}")
+        } else {
+            println!("deleted path test {id}")
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(id) = a.results {
+        let v = call("GET", &format!("/v1/path-tests/{id}/results?limit=2000"), None)?;
+        if a.json {
+            println!("{v}");
+            return Ok(ExitCode::SUCCESS);
+        }
+        println!("{:<20}  {:>10}  {:>10}  {:>9}  {:<11} NOTE", "TIME", "N STREAMS", "1 STREAM", "RTT", "LIMIT");
+        for r in v["results"].as_array().into_iter().flatten() {
+            let at = r["at"].as_i64().map(tern_service::model::rfc3339).unwrap_or_default();
+            if r["ok"] == true {
+                let note = if r["regressed"] == true { format!("REGRESSED (baseline {})", gb(num(r, "baseline_gbps").unwrap_or(0.0))) } else { String::new() };
+                println!(
+                    "{at:<20}  {:>10}  {:>10}  {:>6.2} ms  {:<11} {note}",
+                    gb(num(r, "many_gbps").unwrap_or(0.0)),
+                    gb(num(r, "one_gbps").unwrap_or(0.0)),
+                    num(r, "rtt_ms").unwrap_or(0.0),
+                    r["verdict"].as_str().unwrap_or("-")
+                );
+            } else {
+                println!("{at:<20}  failed: {}", r["error"].as_str().unwrap_or(""));
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let v = call("GET", "/v1/path-tests", None)?;
+    if a.json {
+        println!("{v}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{:>4}  {:>8}  {:>10}  {:>10}  {:<9} DEST", "ID", "EVERY", "LAST", "BASELINE", "STATE");
+    for s in v["path_tests"].as_array().into_iter().flatten() {
+        let last = match &s["last"] {
+            l if l["ok"] == true => gb(num(l, "many_gbps").unwrap_or(0.0)),
+            l if l.is_null() => "-".into(),
+            _ => "failed".into(),
+        };
+        let state = if s["regressed"] == true { "REGRESSED" } else { "ok" };
+        println!(
+            "{:>4}  {:>7}s  {:>10}  {:>10}  {state:<9} {}",
+            s["id"],
+            s["spec"]["every_s"],
+            last,
+            num(s, "baseline_gbps").map(gb).unwrap_or_else(|| "-".into()),
+            s["spec"]["dest"].as_str().unwrap_or("")
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -54,6 +54,9 @@ pub(crate) struct ServeService {
     /// A service running as root runs jobs of tokens without --run-as as root (off: refused).
     #[arg(long)]
     allow_root_transfers: bool,
+    /// The shortest interval a scheduled path test may have, in seconds (tern test --every).
+    #[arg(long, value_name = "SECS", default_value = "600", value_parser = clap::value_parser!(u64).range(1..))]
+    test_min_interval: u64,
     /// Serve /metrics without a token (for a Prometheus scraper on a trusted network).
     #[arg(long)]
     metrics_anonymous: bool,
@@ -78,7 +81,8 @@ pub(crate) fn start(a: &ServeService, daemon_roots: &[PathBuf]) -> Result<()> {
     if tern_service::runas::is_root() && !a.allow_root_transfers {
         eprintln!("tern serve: the service runs as root: only tokens mapped to a local account (tern token create --run-as USER) can run jobs");
     }
-    let runner = tern_service::runner_config(a.max_jobs, a.max_attempts, Duration::from_millis(a.retry_base_ms), policy).map_err(|e| anyhow!(e))?;
+    let mut runner = tern_service::runner_config(a.max_jobs, a.max_attempts, Duration::from_millis(a.retry_base_ms), policy).map_err(|e| anyhow!(e))?;
+    runner.test_min_every_s = a.test_min_interval;
     let started = tern_service::start(tern_service::ServiceConfig {
         state_dir: state_dir.clone(),
         http_listen: listen.clone(),
@@ -99,8 +103,9 @@ pub(crate) fn start(a: &ServeService, daemon_roots: &[PathBuf]) -> Result<()> {
     Ok(())
 }
 
+/// Where the service is and the token to use (every client subcommand, and `tern test --every`).
 #[derive(Args)]
-pub(crate) struct Conn {
+pub(crate) struct ServerArgs {
     /// The service, e.g. https://dtn1:7443.
     #[arg(long, env = "TERN_SERVER")]
     server: Option<String>,
@@ -110,13 +115,10 @@ pub(crate) struct Conn {
     /// PEM certificate(s) to trust for the service (its STATE_DIR/tls/cert.pem).
     #[arg(long, env = "TERN_CA_FILE")]
     ca_file: Option<PathBuf>,
-    /// Machine-readable output on stdout.
-    #[arg(long)]
-    json: bool,
 }
 
-impl Conn {
-    fn client(&self) -> Result<Client> {
+impl ServerArgs {
+    pub(crate) fn client(&self) -> Result<Client> {
         let server = self.server.as_deref().ok_or_else(|| anyhow!("no service given: pass --server https://HOST:PORT or set TERN_SERVER"))?;
         let token = match self.token.as_deref() {
             None => bail!("no token given: pass --token T (or @FILE) or set TERN_TOKEN"),
@@ -126,6 +128,21 @@ impl Conn {
             },
         };
         Client::new(server, &token, self.ca_file.as_deref()).map_err(|e| anyhow!(e))
+    }
+}
+
+#[derive(Args)]
+pub(crate) struct Conn {
+    #[command(flatten)]
+    server: ServerArgs,
+    /// Machine-readable output on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+impl Conn {
+    fn client(&self) -> Result<Client> {
+        self.server.client()
     }
 }
 

@@ -51,5 +51,62 @@ pub(super) async fn metrics(State(st): State<S>, auth: Result<Auth, ApiError>) -
     metric("tern_job_failures_total", "counter", "Jobs that ended failed.", vec![(String::new(), failed)]);
     let http = st.http.lock().unwrap_or_else(|p| p.into_inner()).clone();
     metric("tern_http_requests_total", "counter", "API requests answered, by status code.", http.into_iter().map(|(c, n)| (format!("{{code=\"{c}\"}}"), n)).collect());
+    out.push_str(&path_test_metrics(&st).await?);
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
+}
+
+/// A label value as the text format needs it (backslash, quote and newline escaped), cut to
+/// 200 bytes: a `dest` is the token holder's text.
+fn label(v: &str) -> String {
+    let mut cut = v;
+    if cut.len() > 200 {
+        let mut end = 200;
+        while !cut.is_char_boundary(end) {
+            end -= 1;
+        }
+        cut = &cut[..end];
+    }
+    cut.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// Per schedule, from its newest successful result: rates, round trip, regressed.
+async fn path_test_metrics(st: &S) -> ApiResult<String> {
+    let store = st.store.clone();
+    let rows = blocking(move || {
+        let mut rows = Vec::new();
+        for s in store.list_schedules(None)? {
+            let last = store.list_results(s.id, None, 50)?.into_iter().rev().find(|r| r.ok);
+            rows.push((s, last));
+        }
+        Ok(rows)
+    })
+    .await?;
+    let mut rate = String::from(
+        "# HELP tern_path_test_rate_bits_per_second Memory-to-memory rate of the newest successful scheduled path test, with one stream and with many.\n# TYPE tern_path_test_rate_bits_per_second gauge\n",
+    );
+    let mut rtt = String::from("# HELP tern_path_test_rtt_seconds Median round trip of the newest successful scheduled path test.\n# TYPE tern_path_test_rtt_seconds gauge\n");
+    let mut reg = String::from("# HELP tern_path_test_regressed 1 while a scheduled path test is below its alert fraction of its own baseline.\n# TYPE tern_path_test_regressed gauge\n");
+    for (s, last) in rows {
+        let l = format!("id=\"{}\",dest=\"{}\"", s.id, label(&s.spec.dest));
+        reg.push_str(&format!("tern_path_test_regressed{{{l}}} {}\n", s.regressed as u8));
+        let Some(r) = last else { continue };
+        for (which, v) in [("one", r.one_gbps), ("many", r.many_gbps)] {
+            if let Some(v) = v {
+                rate.push_str(&format!("tern_path_test_rate_bits_per_second{{{l},streams=\"{which}\"}} {}\n", (v * 1e9).round()));
+            }
+        }
+        if let Some(ms) = r.rtt_ms {
+            rtt.push_str(&format!("tern_path_test_rtt_seconds{{{l}}} {}\n", ms / 1e3));
+        }
+    }
+    Ok(rate + &rtt + &reg)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn labels_are_escaped_and_bounded() {
+        assert_eq!(super::label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        assert_eq!(super::label(&"é".repeat(200)).len(), 200);
+    }
 }

@@ -8,7 +8,7 @@
 //! through; the rest, one concern per file:
 //! - `error.rs` JSON errors; `auth.rs` bearer tokens and scopes; `limits.rs` the body limit;
 //! - the handlers by resource: `jobs.rs`, `tokens.rs`, `fs.rs` (directory browsing),
-//!   `metrics.rs` (`/metrics` and the request counts it shows, `/healthz`).
+//!   `pathtests.rs` (scheduled path tests and their results), `metrics.rs` (`/metrics` and the request counts it shows, `/healthz`).
 
 mod auth;
 mod error;
@@ -16,6 +16,7 @@ mod fs;
 mod jobs;
 mod limits;
 mod metrics;
+mod pathtests;
 mod tokens;
 
 use std::collections::{BTreeMap, HashMap};
@@ -42,6 +43,8 @@ pub const OPENAPI: &str = include_str!("../../../../docs/openapi.json");
 pub struct AppState {
     pub store: Arc<dyn JobStore>,
     pub runner: Arc<Runner>,
+    /// Runs scheduled path tests (poked when one is created).
+    pub tests: Arc<crate::pathtests::Tester>,
     /// Requests answered, by status code (for /metrics).
     http: Mutex<BTreeMap<u16, u64>>,
     /// When each token's `last_used_at` was last written: at most once a minute per token.
@@ -58,8 +61,8 @@ pub struct AppState {
 type S = Arc<AppState>;
 
 impl AppState {
-    pub fn new(store: Arc<dyn JobStore>, runner: Arc<Runner>, on_done: Arc<dyn Fn(Job) + Send + Sync>, policy: Arc<Policy>, metrics_anonymous: bool) -> S {
-        Arc::new(Self { store, runner, http: Mutex::default(), touched: Mutex::default(), on_done, mail: Default::default(), policy, metrics_anonymous })
+    pub fn new(store: Arc<dyn JobStore>, runner: Arc<Runner>, tests: Arc<crate::pathtests::Tester>, on_done: Arc<dyn Fn(Job) + Send + Sync>, policy: Arc<Policy>, metrics_anonymous: bool) -> S {
+        Arc::new(Self { store, runner, tests, http: Mutex::default(), touched: Mutex::default(), on_done, mail: Default::default(), policy, metrics_anonymous })
     }
 
     pub fn with_mail(self: S, on: bool) -> S {
@@ -94,6 +97,11 @@ fn table() -> Routes {
         .add("POST", "/v1/tokens", post(tokens::create_token))
         .add("GET", "/v1/tokens", get(tokens::list_tokens))
         .add("DELETE", "/v1/tokens/{id}", delete(tokens::revoke_token))
+        .add("POST", "/v1/path-tests", post(pathtests::create))
+        .add("GET", "/v1/path-tests", get(pathtests::list))
+        .add("GET", "/v1/path-tests/{id}", get(pathtests::show))
+        .add("DELETE", "/v1/path-tests/{id}", delete(pathtests::remove))
+        .add("GET", "/v1/path-tests/{id}/results", get(pathtests::results))
         .add("GET", "/metrics", get(metrics::metrics))
         .add("GET", "/healthz", get(metrics::healthz))
         .add("GET", "/v1/fs", get(fs::browse))
