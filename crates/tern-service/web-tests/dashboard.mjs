@@ -209,6 +209,27 @@ try {
   await accessible(page, 'job list');
   writeFileSync(join(OUT, 'jobs.png'), await page.screenshot());
 
+  // ---- scheduled path tests: one path's history as an inline SVG chart ----
+  const pathId = env('TERN_DASH_PATH_ID');
+  const points = Number(env('TERN_DASH_PATH_POINTS'));
+  await page.click('nav a[data-view=paths]');
+  const pathSel = `section.path[data-id="${pathId}"]`;
+  await page.waitForSelector(`${pathSel} svg.path-chart circle.pc-many`);
+  const drawn = await page.evaluate(async ([sel, tok, id]) => {
+    const r = await (await fetch(`/v1/path-tests/${id}/results`, { headers: { Authorization: 'Bearer ' + tok } })).json();
+    const el = document.querySelector(sel);
+    return { many: el.querySelectorAll('circle.pc-many').length, one: el.querySelectorAll('circle.pc-one').length, rtt: el.querySelectorAll('circle.pc-rtt').length,
+      failed: el.querySelectorAll('.pt-failed').length, lines: el.querySelectorAll('polyline.pc-line').length, ok: r.results.filter((x) => x.ok).length, all: r.results.length };
+  }, [pathSel, TOKEN, pathId]);
+  check(drawn.many === points && drawn.one === points && drawn.rtt === points && drawn.ok === points, 'path chart: a point per successful result for each series', drawn);
+  check(drawn.lines === 3 && drawn.failed >= 1 && drawn.failed <= drawn.all - drawn.ok, 'path chart: three lines and a mark per failed test', drawn);
+  const pathPng = await page.locator(`${pathSel} svg.path-chart`).screenshot();
+  const [pw, ph] = pngSize(pathPng);
+  check(pw > 600 && ph >= 200 && pathPng.length > 4000, 'path chart screenshot has size and content', { pw, ph, bytes: pathPng.length });
+  writeFileSync(join(OUT, 'path-chart.png'), pathPng);
+  await accessible(page, 'paths');
+  writeFileSync(join(OUT, 'paths.png'), await page.screenshot({ fullPage: true }));
+
   // ---- tokens: create (secret shown once), use it, revoke ----
   await page.click('nav a[data-view=tokens]');
   await page.fill('#t-name', 'collaborator <b>x</b>');

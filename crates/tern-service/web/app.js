@@ -148,6 +148,7 @@ function route() {
   if ((m = hash.match(/^#\/jobs\/(\d{1,15})$/))) current = jobView(Number(m[1]));
   else if (hash === '#/submit') current = submitView();
   else if (hash === '#/tokens') current = tokensView();
+  else if (hash === '#/paths') current = pathsView();
   else current = jobsView();
   const view = hash.split('/')[1] || 'jobs';
   for (const a of document.querySelectorAll('#nav a')) {
@@ -696,6 +697,106 @@ function drawChart(canvas, samples, job) {
   const ly = Y(samples[samples.length - 1].bps);
   ctx.fillStyle = line;
   ctx.beginPath(); ctx.arc(lx, ly, 3.5, 0, Math.PI * 2); ctx.fill();
+}
+
+// ---------- scheduled path tests (GET /v1/path-tests, drawn as inline SVG) ----------
+
+const SVG_NS = 'http://www.w3.org/2000/svg';
+
+/** svgEl('line', {x1: 0, ...}): an SVG element; attributes only, text through textContent. */
+function svgEl(tag, attrs, text) {
+  const el = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, String(v));
+  if (text !== undefined) el.textContent = text;
+  return el;
+}
+
+function fmtGbps(g) {
+  if (g === null || g === undefined) return '–';
+  return g >= 1 ? g.toFixed(2) + ' Gb/s' : (g * 1000).toFixed(g >= 0.1 ? 0 : 1) + ' Mb/s';
+}
+
+/**
+ * One path's history: N-stream and 1-stream rates (left axis) and the round trip (right axis)
+ * over time, a point per successful result, a cross on the time axis per failed one, and the
+ * baseline's alert threshold as a dashed line (perfSONAR's throughput graph, compact).
+ */
+function pathChart(results, test) {
+  const W = 760, H = 240, pad = { l: 64, r: 64, t: 12, b: 28 };
+  const pw = W - pad.l - pad.r, ph = H - pad.t - pad.b;
+  const svg = svgEl('svg', { class: 'path-chart', viewBox: '0 0 ' + W + ' ' + H, role: 'img', preserveAspectRatio: 'none' });
+  const ok = results.filter((r) => r.ok && r.many_gbps !== null);
+  svg.setAttribute('aria-label', 'Path test history: ' + ok.length + ' results');
+  if (!results.length) {
+    svg.append(svgEl('text', { x: W / 2, y: H / 2, 'text-anchor': 'middle', class: 'pc-note' }, 'No results yet: the first test runs as soon as the service is free.'));
+    return svg;
+  }
+  const t0 = results[0].at, t1 = Math.max(results[results.length - 1].at, t0 + 60);
+  const maxRate = Math.max(1e-3, ...ok.map((r) => Math.max(r.many_gbps || 0, r.one_gbps || 0)), test.baseline_gbps || 0) * 1.1;
+  const maxRtt = Math.max(1e-3, ...ok.map((r) => r.rtt_ms || 0)) * 1.1;
+  const X = (t) => pad.l + ((t - t0) / (t1 - t0)) * pw;
+  const Y = (g) => pad.t + ph - (g / maxRate) * ph;
+  const R = (ms) => pad.t + ph - (ms / maxRtt) * ph;
+  for (let i = 0; i <= 4; i++) {
+    const y = pad.t + (ph * i) / 4;
+    svg.append(svgEl('line', { x1: pad.l, x2: W - pad.r, y1: y, y2: y, class: 'pc-grid' }));
+    svg.append(svgEl('text', { x: pad.l - 6, y: y + 4, 'text-anchor': 'end', class: 'pc-axis' }, fmtGbps(maxRate * (1 - i / 4))));
+    svg.append(svgEl('text', { x: W - pad.r + 6, y: y + 4, class: 'pc-axis pc-rtt-axis' }, (maxRtt * (1 - i / 4)).toFixed(2) + ' ms'));
+  }
+  for (const [t, anchor] of [[t0, 'start'], [t1, 'end']]) {
+    svg.append(svgEl('text', { x: X(t), y: H - 8, 'text-anchor': anchor, class: 'pc-axis' }, new Date(t * 1000).toLocaleString()));
+  }
+  if (test.baseline_gbps) {
+    const y = Y(test.baseline_gbps * test.spec.alert_below);
+    svg.append(svgEl('line', { x1: pad.l, x2: W - pad.r, y1: y, y2: y, class: 'pc-threshold' }));
+  }
+  const series = [['rtt_ms', R, 'pc-rtt'], ['one_gbps', Y, 'pc-one'], ['many_gbps', Y, 'pc-many']];
+  for (const [k, scale, cls] of series) {
+    const pts = ok.filter((r) => r[k] !== null && r[k] !== undefined);
+    if (pts.length > 1) svg.append(svgEl('polyline', { points: pts.map((r) => X(r.at).toFixed(1) + ',' + scale(r[k]).toFixed(1)).join(' '), class: 'pc-line ' + cls }));
+    for (const r of pts) {
+      const c = svgEl('circle', { cx: X(r.at).toFixed(1), cy: scale(r[k]).toFixed(1), r: k === 'many_gbps' ? 3.5 : 2.5, class: 'pt ' + cls + (r.regressed && k === 'many_gbps' ? ' pt-regressed' : '') });
+      c.append(svgEl('title', {}, new Date(r.at * 1000).toLocaleString() + ': ' + (k === 'rtt_ms' ? r[k].toFixed(3) + ' ms' : fmtGbps(r[k]))));
+      svg.append(c);
+    }
+  }
+  for (const r of results.filter((r) => !r.ok)) {
+    const m = svgEl('text', { x: X(r.at), y: pad.t + ph - 2, 'text-anchor': 'middle', class: 'pt-failed' }, '×');
+    m.append(svgEl('title', {}, new Date(r.at * 1000).toLocaleString() + ': ' + (r.error || 'failed')));
+    svg.append(m);
+  }
+  return svg;
+}
+
+function pathsView() {
+  const list = h('div', { class: 'stack' });
+  mount(h('div', { class: 'head' }, h('h1', { text: 'Paths' }), h('span', { class: 'spacer' }),
+    h('span', { class: 'hint' }, 'Scheduled with ', h('code', { text: 'tern test --every 6h DEST' }))), list);
+  const legend = () => h('div', { class: 'legend' },
+    h('span', { class: 'lg lg-many', text: 'N streams' }), h('span', { class: 'lg lg-one', text: '1 stream' }),
+    h('span', { class: 'lg lg-rtt', text: 'round trip (right axis)' }), h('span', { class: 'lg lg-threshold', text: 'alert threshold' }));
+  let shown = '';
+  return poller(async () => {
+    const tests = (await api('GET', '/v1/path-tests')).path_tests;
+    const results = [];
+    for (const t of tests) results.push((await api('GET', '/v1/path-tests/' + Number(t.id) + '/results?limit=500')).results);
+    // Redrawn only when something changed: a tooltip being read stays put.
+    const key = JSON.stringify([tests, results]);
+    if (key === shown) return;
+    shown = key;
+    const panels = [];
+    for (const [i, t] of tests.entries()) {
+      const res = results[i];
+      const last = t.last;
+      const state = t.regressed ? h('span', { class: 'badge st-failed', text: 'below ' + Math.round(t.spec.alert_below * 100) + ' % of baseline' }) : h('span', { class: 'badge st-succeeded', text: 'ok' });
+      panels.push(h('section', { class: 'panel path', 'data-id': t.id, 'aria-label': 'Path ' + t.spec.dest },
+        h('div', { class: 'head' }, h('h2', { class: 'mono', text: t.spec.dest }), t.spec.label ? h('span', { class: 'hint', text: t.spec.label }) : null, state),
+        h('p', { class: 'hint' }, 'every ' + fmtDuration(t.spec.every_s) + ' · last ' + (last ? (last.ok ? fmtGbps(last.many_gbps) + ' with ' + last.streams + ' streams, ' + fmtGbps(last.one_gbps) + ' with one, ' + (last.rtt_ms || 0).toFixed(2) + ' ms' : 'failed: ' + last.error) : '–') + ' · baseline ' + fmtGbps(t.baseline_gbps)),
+        h('div', { class: 'path-chart-box' }, pathChart(res, t)), legend()));
+    }
+    if (!panels.length) panels.push(h('p', { class: 'empty', text: 'No scheduled path tests. Schedule one with tern test --every 6h DEST.' }));
+    list.replaceChildren(...panels);
+  });
 }
 
 // ---------- file browser ----------

@@ -94,6 +94,8 @@ fn dashboard_in_headless_chromium() {
         .arg("--allow-root-transfers")
         .arg("--token-file")
         .arg(&daemon_token)
+        // The scheduled path test below runs every 6 s against the daemon.
+        .args(["--test-min-interval", "1", "--allow-host", "127.0.0.1"])
         .arg("--state-dir")
         .arg(&state)
         .stdin(Stdio::null())
@@ -114,6 +116,30 @@ fn dashboard_in_headless_chromium() {
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out).unwrap();
 
+    // A path with history for the Paths chart: three good tests, then its token revoked so the
+    // following runs fail at once (a mark each) and the good points stay three.
+    let c = Client::new(&url, &admin, Some(&state.join("tls/cert.pem"))).unwrap();
+    let tester = c.call("POST", "/v1/tokens", Some(&serde_json::json!({ "scope": "transfer", "name": "path tests" }))).unwrap();
+    let tc = Client::new(&url, tester["token"].as_str().unwrap(), Some(&state.join("tls/cert.pem"))).unwrap();
+    let body = serde_json::json!({ "dest": format!("tern://127.0.0.1:{data_port}/"), "every": 6, "seconds": 5, "streams": 2, "token_file": daemon_token.to_str().unwrap(), "label": "loopback" });
+    let path_id = tc.call("POST", "/v1/path-tests", Some(&body)).unwrap()["id"].as_u64().unwrap();
+    let results = |n: usize, failed: bool| {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let r = c.call("GET", &format!("/v1/path-tests/{path_id}/results"), None).unwrap()["results"].as_array().unwrap().clone();
+            if r.len() >= n && (!failed || r.last().is_some_and(|x| x["ok"] == false)) {
+                return r;
+            }
+            assert!(Instant::now() < deadline, "path test results: {r:?}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    results(3, false);
+    c.call("DELETE", &format!("/v1/tokens/{}", tester["id"].as_str().unwrap()), None).unwrap();
+    let r = results(4, true);
+    let points = r.iter().filter(|x| x["ok"] == true).count();
+    assert!(points >= 3, "{r:?}");
+
     let mut cmd = Command::new("node");
     cmd.arg(web_tests().join("dashboard.mjs"))
         .current_dir(web_tests())
@@ -125,6 +151,8 @@ fn dashboard_in_headless_chromium() {
         .env("TERN_DASH_XSS_SRC", &xss_src)
         .env("TERN_DASH_XSS_DST", base.join("xss-out"))
         .env("TERN_DASH_OUT", &out)
+        .env("TERN_DASH_PATH_ID", path_id.to_string())
+        .env("TERN_DASH_PATH_POINTS", points.to_string())
         .stdin(Stdio::null());
     let started = Instant::now();
     let run = run_bounded(cmd, Duration::from_secs(180));
@@ -134,7 +162,6 @@ fn dashboard_in_headless_chromium() {
     eprintln!("dashboard: browser part took {:.1} s", started.elapsed().as_secs_f64());
 
     // What the clicks did, seen from outside the browser.
-    let c = Client::new(&url, &admin, Some(&state.join("tls/cert.pem"))).unwrap();
     let jobs = c.call("GET", "/v1/jobs", None).unwrap()["jobs"].as_array().unwrap().clone();
     let slow = jobs.iter().find(|j| j["spec"]["label"] == "run42 to archive").expect("the submitted job");
     assert_eq!(slow["state"], "succeeded", "{slow}");
@@ -149,6 +176,9 @@ fn dashboard_in_headless_chromium() {
     let tokens = c.call("GET", "/v1/tokens", None).unwrap();
     let made = tokens["tokens"].as_array().unwrap().iter().find(|t| t["name"] == "collaborator <b>x</b>").expect("the token made in the browser");
     assert!(made["revoked_at"].is_number() && made["scope"] == "read" && made["path_prefix"] == "/shared/run42", "{made}");
+
+    let chart = std::fs::read(out.join("path-chart.png")).unwrap();
+    assert!(png_size(&chart).0 > 600 && chart.len() > 4000, "the path chart screenshot");
 
     let shot = std::fs::read(out.join("dashboard.png")).unwrap();
     assert_eq!(png_size(&shot), (1280, 900), "screenshot size");
