@@ -41,6 +41,12 @@ impl ConnArgs {
     pub(crate) fn token_file(&self) -> Option<&std::path::Path> {
         self.token_file.as_deref()
     }
+
+    /// Whether an ssh command or a remote tern path was given (a schedule carries neither:
+    /// the service runs tests with its own).
+    pub(crate) fn names_programs(&self) -> bool {
+        self.ssh.is_some() || self.remote_bin.is_some()
+    }
 }
 
 #[derive(Args)]

@@ -367,6 +367,10 @@ fn scheduled(a: &TestArgs) -> Result<ExitCode> {
     let call = |method: &str, path: &str, body: Option<&serde_json::Value>| c.call(method, path, body).map_err(|e| anyhow::anyhow!("{e}"));
     let num = |v: &serde_json::Value, k: &str| v[k].as_f64();
     if let Some(every) = &a.every {
+        if a.conn.names_programs() {
+            // Often set in the environment (TERN_SSH), so a note rather than a refusal.
+            eprintln!("tern: note: --ssh/--remote-bin do not travel with a schedule; the service runs tests with its own ssh and the remote host's tern on its PATH");
+        }
         let mut dest = a.dest.clone().unwrap_or_default();
         // The service has no working directory: a relative local path is made absolute here.
         if let Ok(Endpoint::Local(p)) = Endpoint::parse(&dest)
