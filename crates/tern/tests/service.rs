@@ -1549,7 +1549,9 @@ fn service_path_test_regression_notifies_once_when_the_link_is_throttled() {
     let base = results_at_least(&s, &transfer, id, 3, Duration::from_secs(90));
     let rates: Vec<f64> = base.iter().map(|r| r["many_gbps"].as_f64().unwrap_or_else(|| panic!("baseline run failed: {r}"))).collect();
     println!("baseline at 300 Mb/s: {rates:?} Gb/s ({:?})", started.elapsed());
-    assert!(rates.iter().all(|r| (r - 0.3).abs() <= 0.15 * 0.3), "{rates:?}");
+    // At most the cap; below it when other tests share the 2 cores (the full suite), but far
+    // above what 30 Mb/s allows, which is all the alert needs.
+    assert!(rates.iter().all(|r| (0.1..=0.345).contains(r)), "{rates:?}");
     assert!(got.lock().unwrap().is_empty());
     link.shape("change", "30mbit");
     let all = results_at_least(&s, &transfer, id, 5, Duration::from_secs(90));
@@ -1558,7 +1560,7 @@ fn service_path_test_regression_notifies_once_when_the_link_is_throttled() {
     // A run that straddled the change may be either; the last one is surely throttled.
     let last = all.last().unwrap();
     assert!(last["regressed"] == true && last["many_gbps"].as_f64().unwrap() < 0.05, "{last}");
-    assert!((last["baseline_gbps"].as_f64().unwrap() - 0.3).abs() <= 0.05, "{last}");
+    assert!((0.1..=0.345).contains(&last["baseline_gbps"].as_f64().unwrap()), "{last}");
     let deadline = Instant::now() + Duration::from_secs(15);
     while got.lock().unwrap().is_empty() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
