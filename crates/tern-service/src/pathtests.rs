@@ -122,13 +122,18 @@ impl Tester {
             cmd.env("HOME", &a.home).env("USER", &a.name).env("LOGNAME", &a.name).current_dir("/");
         }
         cmd.process_group(0);
+        let parent = std::process::id();
         // SAFETY: only async-signal-safe calls between fork and exec (as the job runner's).
         unsafe {
             cmd.pre_exec(move || {
                 if let Some(a) = &account {
                     crate::runas::drop_to(a)?;
                 }
+                // Dies with the service, so a restarted one never measures beside an old test.
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+                if libc::getppid() as u32 != parent {
+                    libc::_exit(1);
+                }
                 Ok(())
             });
         }
