@@ -15,13 +15,15 @@
 //! - [`client`]: the requesting side: local, ssh, daemon, reverse and relay sessions, hook and
 //!   file-system requests.
 //! - [`server`]: the serving side: the daemon's accept loop, `tern _remote`, hooks.
-//! - at the root, cross-cutting: errors, limits, progress, endpoints, fault injection.
+//! - at the root, cross-cutting: errors, limits, progress, endpoints, fault injection, this
+//!   host's tuning facts (`host`), the path tests' shared types (`probe`).
 
 pub mod client;
 pub mod driver;
 pub mod endpoint;
 pub mod error;
 pub mod faults;
+pub mod host;
 pub mod limits;
 pub mod net;
 pub mod probe;

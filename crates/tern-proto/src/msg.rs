@@ -204,6 +204,8 @@ pub const FS_FORCE: u8 = 4;
 
 /// Hello feature bit: this peer answers `TestRequest` (`tern test`, docs/protocol.md "Path tests").
 pub const FEATURE_PATH_TESTS: u64 = 256;
+/// Hello feature bit: this peer answers a path test's `host` step (`tern doctor DEST`).
+pub const FEATURE_HOST_FACTS: u64 = 512;
 /// `TestRequest` flag: data streams carry no encryption (tagged frames, as `--no-encrypt`).
 pub const TEST_NO_ENCRYPT: u8 = 1;
 /// `TestRequest` flag: the server sends on the data streams (the client measures).
@@ -225,6 +227,8 @@ pub enum TestWhat {
     Hash,
     /// One core's AES-256-GCM seal rate.
     Seal,
+    /// The host's tuning facts (`FEATURE_HOST_FACTS`): the result's note, as `key value` lines.
+    Host,
 }
 
 impl TestWhat {
@@ -234,6 +238,7 @@ impl TestWhat {
             TestWhat::Write => "write",
             TestWhat::Hash => "hash",
             TestWhat::Seal => "seal",
+            TestWhat::Host => "host",
         }
     }
     fn to_u8(self) -> u8 {
@@ -245,6 +250,7 @@ impl TestWhat {
             1 => TestWhat::Write,
             2 => TestWhat::Hash,
             3 => TestWhat::Seal,
+            4 => TestWhat::Host,
             _ => return Err(ProtoError::Invalid { what: "test step", why: "unknown value" }),
         })
     }
@@ -1085,8 +1091,18 @@ mod tests {
     fn feature_bits_are_distinct() {
         assert_eq!(FEATURE_THIRD_PARTY & FEATURE_EARLY_DATA_ADDR, 0);
         assert_eq!(FEATURE_EARLY_DATA_ADDR, 1 << 1);
-        let all =
-            [FEATURE_THIRD_PARTY, FEATURE_EARLY_DATA_ADDR, FEATURE_FILTERS, FEATURE_FILE_LIST, FEATURE_IGNORE_EXISTING, FEATURE_STREAM_RESET, FEATURE_HARD_LINKS, FEATURE_FS_OPS, FEATURE_PATH_TESTS];
+        let all = [
+            FEATURE_THIRD_PARTY,
+            FEATURE_EARLY_DATA_ADDR,
+            FEATURE_FILTERS,
+            FEATURE_FILE_LIST,
+            FEATURE_IGNORE_EXISTING,
+            FEATURE_STREAM_RESET,
+            FEATURE_HARD_LINKS,
+            FEATURE_FS_OPS,
+            FEATURE_PATH_TESTS,
+            FEATURE_HOST_FACTS,
+        ];
         assert_eq!(all.iter().fold(0, |a, b| a | b).count_ones() as usize, all.len());
     }
 

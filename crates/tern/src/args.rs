@@ -38,9 +38,10 @@ pub(crate) enum Command {
     /// The managed service's client commands: submit, jobs, status, wait, cancel, retry, token.
     #[command(flatten)]
     Service(crate::service_cli::ServiceCommand),
-    /// Check this host against the data-transfer-node tuning list (socket buffers, congestion
-    /// control, pacing, MTU, NIC errors, CPU governor, limits, clock, file systems of PATHs):
-    /// each finding with why it matters and the command that fixes it.
+    /// Check this host, and DEST's over the connection a transfer would use, against the
+    /// data-transfer-node tuning list (socket buffers, congestion control, pacing, MTU, NIC
+    /// errors, CPU governor, limits, clock, file systems): each finding with why it matters and
+    /// the command that fixes it.
     Doctor(crate::doctor::DoctorArgs),
     /// Predict how long copying SRC... to DST will take, from this pair's past transfers
     /// (start-up, per-byte and per-file costs), with advice; --history: predictions against

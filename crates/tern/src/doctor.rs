@@ -1,68 +1,44 @@
-//! `tern doctor [PATH...]`: this host against ESnet fasterdata's host-tuning list, each finding
-//! with what was seen, why it matters, the command that fixes it and whether that needs root.
+//! `tern doctor [PATH...] [DEST]`: each host against ESnet fasterdata's host-tuning list, each
+//! finding with what was seen, why it matters, the command that fixes it and whether that needs
+//! root. With a DEST (ssh host or daemon) the far host is checked too, over the same connection
+//! a transfer would use, and both are judged for the round trip measured to it.
 //!
-//! Facts are gathered once (`Facts::gather`, reading /proc and /sys); the judging is a pure
-//! function of them (`findings`), so it is tested with made-up hosts.
+//! Facts are gathered by the engine (`tern_engine::host`, and the far side's through a path
+//! test's `host` step); the judging is a pure function of them (`findings`), so it is tested
+//! with made-up hosts.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::Args;
-use serde::Serialize;
+use serde_json::{Value, json};
+use tern_engine::endpoint::Endpoint;
+pub(crate) use tern_engine::host::Facts;
+#[cfg(test)]
+use tern_engine::host::{Fs, Nic};
 
 #[derive(Args)]
 pub(crate) struct DoctorArgs {
-    /// Directories data will be read from or written to (their file systems are checked).
-    paths: Vec<PathBuf>,
-    /// The path to tune for: its round-trip time in ms (default 100, fasterdata's reference).
-    #[arg(long, default_value_t = 100.0, value_name = "MS")]
-    rtt_ms: f64,
-    /// ... and its bandwidth in Gb/s (default: the fastest NIC that is up, else 10).
+    /// Directories data will be read from or written to here (their file systems are checked),
+    /// and at most one far side to check as well: [user@]host:path or tern://host[:port]/path.
+    targets: Vec<String>,
+    /// The path to tune for: its round-trip time in ms (default: measured to DEST, else 100,
+    /// fasterdata's reference).
+    #[arg(long, value_name = "MS")]
+    rtt_ms: Option<f64>,
+    /// ... and its bandwidth in Gb/s (default: the slower of the two hosts' fastest NICs that
+    /// are up, else 10).
     #[arg(long, value_name = "GBPS")]
     rate_gbps: Option<f64>,
     /// One JSON object on stdout instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    conn: crate::fs_cli::ConnArgs,
 }
 
-/// What was read from the host (None: could not be read).
-#[derive(Debug, Default, Clone, Serialize)]
-pub(crate) struct Facts {
-    pub rmem_max: Option<u64>,
-    pub wmem_max: Option<u64>,
-    /// The third (max) field of net.ipv4.tcp_rmem / tcp_wmem.
-    pub tcp_rmem_max: Option<u64>,
-    pub tcp_wmem_max: Option<u64>,
-    pub congestion_control: Option<String>,
-    pub available_congestion_control: Vec<String>,
-    pub default_qdisc: Option<String>,
-    /// Interfaces that are up (not loopback): name, MTU, speed in Mb/s, errors + drops.
-    pub nics: Vec<Nic>,
-    /// scaling_governor of each CPU that has one, deduplicated.
-    pub cpu_governors: Vec<String>,
-    pub nofile_soft: u64,
-    pub nofile_hard: u64,
-    /// Whether the kernel says the clock is synchronised (adjtimex), None if unknown.
-    pub clock_synchronised: Option<bool>,
-    pub filesystems: Vec<Fs>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct Nic {
-    pub name: String,
-    pub mtu: Option<u32>,
-    pub speed_mbps: Option<u64>,
-    pub errors: u64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct Fs {
-    pub path: String,
-    pub kind: String,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum Level {
     Ok,
@@ -70,7 +46,7 @@ pub(crate) enum Level {
     Warn,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub(crate) struct Finding {
     pub check: &'static str,
     pub level: Level,
@@ -81,102 +57,21 @@ pub(crate) struct Finding {
     pub needs_root: bool,
 }
 
-fn read(path: impl AsRef<Path>) -> Option<String> {
-    std::fs::read_to_string(path).ok().map(|s| s.trim().to_string())
+fn facts_json(f: &Facts) -> Value {
+    json!({
+        "rmem_max": f.rmem_max, "wmem_max": f.wmem_max, "tcp_rmem_max": f.tcp_rmem_max, "tcp_wmem_max": f.tcp_wmem_max,
+        "congestion_control": f.congestion_control, "available_congestion_control": f.available_congestion_control,
+        "default_qdisc": f.default_qdisc,
+        "nics": f.nics.iter().map(|n| json!({"name": n.name, "mtu": n.mtu, "speed_mbps": n.speed_mbps, "errors": n.errors})).collect::<Vec<_>>(),
+        "cpu_governors": f.cpu_governors, "nofile_soft": f.nofile_soft, "nofile_hard": f.nofile_hard,
+        "clock_synchronised": f.clock_synchronised,
+        "filesystems": f.filesystems.iter().map(|x| json!({"path": x.path, "kind": x.kind})).collect::<Vec<_>>(),
+    })
 }
 
-fn read_u64(path: impl AsRef<Path>) -> Option<u64> {
-    read(path)?.parse().ok()
-}
-
-/// The last whitespace-separated field (the max of tcp_rmem/tcp_wmem).
-fn last_field(path: &str) -> Option<u64> {
-    read(path)?.split_whitespace().last()?.parse().ok()
-}
-
-impl Facts {
-    pub(crate) fn gather(paths: &[PathBuf]) -> Self {
-        let mut nics = Vec::new();
-        if let Ok(dir) = std::fs::read_dir("/sys/class/net") {
-            for e in dir.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                let base = e.path();
-                if name == "lo" || read(base.join("operstate")).as_deref() != Some("up") {
-                    continue;
-                }
-                let stat = |s: &str| read_u64(base.join("statistics").join(s)).unwrap_or(0);
-                nics.push(Nic {
-                    mtu: read_u64(base.join("mtu")).map(|m| m as u32),
-                    // -1 (unknown, e.g. virtual devices) does not parse as u64.
-                    speed_mbps: read_u64(base.join("speed")),
-                    errors: stat("rx_errors") + stat("tx_errors") + stat("rx_dropped") + stat("tx_dropped"),
-                    name,
-                });
-            }
-        }
-        nics.sort_by(|a, b| a.name.cmp(&b.name));
-        let mut cpu_governors: Vec<String> = (0..1024)
-            .map_while(|i| {
-                let cpu = format!("/sys/devices/system/cpu/cpu{i}");
-                Path::new(&cpu).exists().then(|| read(format!("{cpu}/cpufreq/scaling_governor")))
-            })
-            .flatten()
-            .collect();
-        cpu_governors.sort();
-        cpu_governors.dedup();
-        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-        // SAFETY: getrlimit fills the struct it is given.
-        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
-        Facts {
-            rmem_max: read_u64("/proc/sys/net/core/rmem_max"),
-            wmem_max: read_u64("/proc/sys/net/core/wmem_max"),
-            tcp_rmem_max: last_field("/proc/sys/net/ipv4/tcp_rmem"),
-            tcp_wmem_max: last_field("/proc/sys/net/ipv4/tcp_wmem"),
-            congestion_control: read("/proc/sys/net/ipv4/tcp_congestion_control"),
-            available_congestion_control: read("/proc/sys/net/ipv4/tcp_available_congestion_control").map(|s| s.split_whitespace().map(String::from).collect()).unwrap_or_default(),
-            default_qdisc: read("/proc/sys/net/core/default_qdisc"),
-            nics,
-            cpu_governors,
-            nofile_soft: lim.rlim_cur,
-            nofile_hard: lim.rlim_max,
-            clock_synchronised: clock_synchronised(),
-            filesystems: paths.iter().map(|p| Fs { path: p.display().to_string(), kind: fs_kind(p) }).collect(),
-        }
-    }
-}
-
-fn clock_synchronised() -> Option<bool> {
-    // SAFETY: a zeroed timex with modes 0 only reads the kernel's state.
-    let mut t: libc::timex = unsafe { std::mem::zeroed() };
-    let state = unsafe { libc::adjtimex(&mut t) };
-    (state >= 0).then_some(state != libc::TIME_ERROR)
-}
-
-fn fs_kind(path: &Path) -> String {
-    let Ok(c) = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str())) else { return "unreadable".into() };
-    // SAFETY: statfs fills the zeroed struct for a NUL-terminated path.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
-        return "unreadable".into();
-    }
-    // Magic numbers from statfs(2) / linux/magic.h.
-    match st.f_type as u64 {
-        0xEF53 => "ext4",
-        0x5846_5342 => "xfs",
-        0x9123_683E => "btrfs",
-        0x0BD0_0BD0 => "lustre",
-        0x6969 => "nfs",
-        0x4750_4653 => "gpfs",
-        0x0102_1994 => "tmpfs",
-        0x2FC1_2FC1 => "zfs",
-        0xFF53_4D42 | 0xFE53_4D42 => "cifs",
-        0x6573_5546 => "fuse",
-        0x0027_E0EB => "cgroup",
-        0x794C_7630 => "overlay",
-        0x0000_9fa0 => "proc",
-        other => return format!("0x{other:x}"),
-    }
-    .to_string()
+/// The fastest NIC that is up, in Gb/s.
+fn nic_gbps(f: &Facts) -> Option<f64> {
+    f.nics.iter().filter_map(|n| n.speed_mbps).max().map(|m| m as f64 / 1000.0)
 }
 
 /// The host against the path to tune for (`rtt_ms`, `rate_gbps`).
@@ -187,13 +82,18 @@ pub(crate) fn findings(f: &Facts, rtt_ms: f64, rate_gbps: f64) -> Vec<Finding> {
     let want = (2 * bdp).next_power_of_two().max(16 << 20);
     let mib = |b: u64| if b.is_multiple_of(1 << 20) { format!("{} MiB", b >> 20) } else { format!("{:.1} MiB", b as f64 / (1 << 20) as f64) };
     let path = format!("{rate_gbps} Gb/s × {rtt_ms} ms");
-    let buffers = [("net.core.rmem_max", f.rmem_max), ("net.core.wmem_max", f.wmem_max), ("net.ipv4.tcp_rmem (max)", f.tcp_rmem_max), ("net.ipv4.tcp_wmem (max)", f.tcp_wmem_max)];
-    let low: Vec<String> = buffers.iter().filter(|(_, v)| v.is_some_and(|v| v < bdp)).map(|(k, v)| format!("{k} = {}", mib(v.unwrap_or(0)))).collect();
+    // tern leaves socket buffers to the kernel's autotuning, which grows up to tcp_rmem/tcp_wmem's
+    // max: those decide a stream's window. net.core.{r,w}mem_max only cap a size set explicitly
+    // (tern --bufsize, iperf3 -w, globus-url-copy -tcp-bs): advice, not a limit on tern.
+    let autotuned = [("net.ipv4.tcp_rmem (max)", f.tcp_rmem_max), ("net.ipv4.tcp_wmem (max)", f.tcp_wmem_max)];
+    let explicit = [("net.core.rmem_max", f.rmem_max), ("net.core.wmem_max", f.wmem_max)];
+    let below = |list: &[(&str, Option<u64>)]| -> Vec<String> { list.iter().filter(|(_, v)| v.is_some_and(|v| v < bdp)).map(|(k, v)| format!("{k} = {}", mib(v.unwrap_or(0)))).collect() };
+    let (low, low_explicit) = (below(&autotuned), below(&explicit));
     out.push(if low.is_empty() {
         Finding {
             check: "socket buffers",
             level: Level::Ok,
-            seen: buffers.iter().map(|(k, v)| format!("{k} = {}", v.map_or("?".into(), mib))).collect::<Vec<_>>().join(", "),
+            seen: autotuned.iter().map(|(k, v)| format!("{k} = {}", v.map_or("?".into(), mib))).collect::<Vec<_>>().join(", "),
             why: format!("at least the bandwidth-delay product of {path} ({})", mib(bdp)),
             fix: None,
             needs_root: false,
@@ -208,11 +108,24 @@ pub(crate) fn findings(f: &Facts, rtt_ms: f64, rate_gbps: f64) -> Vec<Finding> {
                 mib(bdp)
             ),
             fix: Some(format!(
-                "sysctl -w net.core.rmem_max={want} net.core.wmem_max={want} net.ipv4.tcp_rmem='4096 87380 {want}' net.ipv4.tcp_wmem='4096 65536 {want}'  (persist in /etc/sysctl.d/90-tern.conf)"
+                "sysctl -w net.ipv4.tcp_rmem='4096 87380 {want}' net.ipv4.tcp_wmem='4096 65536 {want}' net.core.rmem_max={want} net.core.wmem_max={want}  (persist in /etc/sysctl.d/90-tern.conf)"
             )),
             needs_root: true,
         }
     });
+    if !low_explicit.is_empty() {
+        out.push(Finding {
+            check: "socket buffers (explicit)",
+            level: Level::Info,
+            seen: low_explicit.join(", "),
+            why: format!(
+                "caps only buffers an application sets itself (tern --bufsize, iperf3 -w, globus-url-copy -tcp-bs): below the bandwidth-delay product of {path} ({}), such a stream cannot fill the path; tern's default autotuning is not affected",
+                mib(bdp)
+            ),
+            fix: Some(format!("sysctl -w net.core.rmem_max={want} net.core.wmem_max={want}")),
+            needs_root: true,
+        });
+    }
     let cc = f.congestion_control.clone().unwrap_or_else(|| "?".into());
     let has_bbr = f.available_congestion_control.iter().any(|c| c == "bbr");
     out.push(match cc.as_str() {
@@ -232,9 +145,9 @@ pub(crate) fn findings(f: &Facts, rtt_ms: f64, rate_gbps: f64) -> Vec<Finding> {
     } else {
         Finding {
             check: "pacing (qdisc)",
-            level: if cc == "bbr" { Level::Warn } else { Level::Info },
+            level: Level::Info,
             seen: format!("net.core.default_qdisc = {qdisc}"),
-            why: "fq paces each stream's packets instead of sending bursts that overflow switch buffers; BBR relies on pacing".into(),
+            why: "fq paces each stream's packets instead of sending bursts that overflow switch buffers (BBR paces inside TCP without it since Linux 4.13, at a higher CPU cost)".into(),
             fix: Some("modprobe sch_fq && sysctl -w net.core.default_qdisc=fq  (applies to interfaces brought up afterwards; or: tc qdisc replace dev IFACE root fq)".into()),
             needs_root: true,
         }
@@ -316,26 +229,100 @@ pub(crate) fn findings(f: &Facts, rtt_ms: f64, rate_gbps: f64) -> Vec<Finding> {
     out
 }
 
+/// One host's facts and findings, as the text and JSON show them.
+struct Checked {
+    host: String,
+    facts: Facts,
+    findings: Vec<Finding>,
+}
+
 pub(crate) fn run(a: DoctorArgs) -> Result<ExitCode> {
-    let facts = Facts::gather(&a.paths);
-    let rate = a.rate_gbps.unwrap_or_else(|| facts.nics.iter().filter_map(|n| n.speed_mbps).max().map_or(10.0, |m| m as f64 / 1000.0)).max(0.001);
-    let list = findings(&facts, a.rtt_ms.max(0.1), rate);
-    let warnings = list.iter().filter(|f| f.level == Level::Warn).count();
-    if a.json {
-        println!("{}", serde_json::json!({ "type": "doctor", "path": { "rtt_ms": a.rtt_ms, "rate_gbps": rate }, "facts": facts, "findings": list, "warnings": warnings }));
+    let mut paths = Vec::new();
+    let mut far = None;
+    for t in &a.targets {
+        match Endpoint::parse(t) {
+            Ok(Endpoint::Local(p)) => paths.push(p),
+            Ok(ep) if far.is_none() => far = Some(ep),
+            Ok(_) => {
+                eprintln!("tern: doctor checks one far side at a time; run it once per host");
+                return Ok(ExitCode::from(2));
+            }
+            Err(e) => {
+                eprintln!("tern: {e}");
+                return Ok(ExitCode::from(2));
+            }
+        }
+    }
+    let here = Facts::gather(&paths.iter().map(PathBuf::as_path).collect::<Vec<&Path>>());
+    let mut measured_rtt = None;
+    let mut there = None;
+    if let Some(ep) = &far {
+        let spec = crate::fs_cli::spec(ep, &a.conn);
+        match tern_engine::client::probe::host_check(&spec, ep, None) {
+            Ok(c) => {
+                measured_rtt = c.rtt.get(c.rtt.len() / 2).map(|s| s * 1e3);
+                there = Some((c.peer, c.facts));
+            }
+            Err(e) => {
+                eprintln!("tern: {e}");
+                return Ok(ExitCode::from(1));
+            }
+        }
+    }
+    let rtt_ms = a.rtt_ms.or(measured_rtt).unwrap_or(100.0).max(0.1);
+    let rate = a
+        .rate_gbps
+        .or_else(|| match (nic_gbps(&here), there.as_ref().and_then(|(_, f)| nic_gbps(f))) {
+            (Some(x), Some(y)) => Some(x.min(y)),
+            (x, y) => x.or(y),
+        })
+        .unwrap_or(10.0)
+        .max(0.001);
+    let mut hosts = vec![Checked { host: "this host".into(), findings: findings(&here, rtt_ms, rate), facts: here }];
+    if let Some((peer, f)) = there {
+        hosts.push(Checked { host: peer, findings: findings(&f, rtt_ms, rate), facts: f });
+    }
+    let warnings = hosts.iter().flat_map(|h| &h.findings).filter(|f| f.level == Level::Warn).count();
+    let rtt_from = if a.rtt_ms.is_some() {
+        "--rtt-ms"
+    } else if measured_rtt.is_some() {
+        "measured"
     } else {
-        println!("tern doctor: this host for a {rate} Gb/s path with {} ms round trips (--rate-gbps, --rtt-ms)", a.rtt_ms);
-        for f in &list {
-            let mark = match f.level {
-                Level::Ok => "ok  ",
-                Level::Info => "info",
-                Level::Warn => "WARN",
-            };
-            println!("{mark} {}: {}", f.check, f.seen);
-            if f.level != Level::Ok {
-                println!("     why: {}", f.why);
-                if let Some(fix) = &f.fix {
-                    println!("     fix{}: {fix}", if f.needs_root { " (root)" } else { "" });
+        "default"
+    };
+    if a.json {
+        let mut out = json!({
+            "type": "doctor",
+            "path": { "rtt_ms": rtt_ms, "rtt_from": rtt_from, "rate_gbps": rate },
+            "hosts": hosts.iter().map(|h| json!({"host": h.host, "facts": facts_json(&h.facts), "findings": h.findings, "warnings": h.findings.iter().filter(|f| f.level == Level::Warn).count()})).collect::<Vec<_>>(),
+            "warnings": warnings,
+        });
+        // This host's alone at the top level too, as before a far side could be checked.
+        out["facts"] = facts_json(&hosts[0].facts);
+        out["findings"] = serde_json::to_value(&hosts[0].findings)?;
+        println!("{out}");
+    } else {
+        let rtt_note = match rtt_from {
+            "measured" => format!("{rtt_ms:.1} ms round trips (measured)"),
+            _ => format!("{rtt_ms} ms round trips"),
+        };
+        println!("tern doctor: for a {rate} Gb/s path with {rtt_note} (--rate-gbps, --rtt-ms)");
+        for h in &hosts {
+            if hosts.len() > 1 {
+                println!("{}:", h.host);
+            }
+            for f in &h.findings {
+                let mark = match f.level {
+                    Level::Ok => "ok  ",
+                    Level::Info => "info",
+                    Level::Warn => "WARN",
+                };
+                println!("{mark} {}: {}", f.check, f.seen);
+                if f.level != Level::Ok {
+                    println!("     why: {}", f.why);
+                    if let Some(fix) = &f.fix {
+                        println!("     fix{}: {fix}", if f.needs_root { " (root)" } else { "" });
+                    }
                 }
             }
         }
@@ -395,8 +382,11 @@ mod tests {
         let buffers = &list[0];
         // 1 Gb/s × 68 ms = 8.5 MB: 4 MiB is short, and the fix names every knob with a size
         // above twice the BDP.
-        assert!(buffers.seen.contains("net.core.rmem_max = 4 MiB") && buffers.seen.contains("tcp_wmem") && !buffers.seen.contains("wmem_max = 128"), "{buffers:?}");
-        assert!(buffers.fix.as_deref().unwrap().contains("net.core.rmem_max=33554432") && buffers.needs_root);
+        assert!(buffers.seen == "net.ipv4.tcp_wmem (max) = 4 MiB", "{buffers:?}");
+        assert!(buffers.fix.as_deref().unwrap().contains("tcp_wmem='4096 65536 33554432'") && buffers.fix.as_deref().unwrap().contains("net.core.rmem_max=33554432") && buffers.needs_root);
+        // net.core.rmem_max caps only explicit buffers: advice, not a warning.
+        let explicit = list.iter().find(|x| x.check == "socket buffers (explicit)").unwrap();
+        assert!(explicit.level == Level::Info && explicit.seen == "net.core.rmem_max = 4 MiB", "{explicit:?}");
         assert!(list.iter().any(|f| f.check == "congestion control" && f.fix.as_deref() == Some("sysctl -w net.ipv4.tcp_congestion_control=bbr")));
         for check in ["MTU", "CPU frequency", "pacing (qdisc)"] {
             assert!(list.iter().any(|f| f.check == check && f.level == Level::Info && f.fix.is_some()), "{check}: {list:?}");
@@ -406,10 +396,19 @@ mod tests {
     #[test]
     fn buffers_are_judged_against_the_path() {
         let mut f = tuned();
-        f.rmem_max = Some(64 << 20);
+        f.tcp_rmem_max = Some(64 << 20);
         // 64 MiB is plenty for 10 Gb/s × 25 ms (31 MB) but short of 100 Gb/s × 68 ms (850 MB).
         assert!(warned(&findings(&f, 25.0, 10.0)).is_empty());
         assert_eq!(warned(&findings(&f, 68.0, 100.0)), ["socket buffers"]);
+    }
+
+    #[test]
+    fn bbr_without_fq_is_advice_not_a_warning() {
+        let mut f = tuned();
+        f.default_qdisc = Some("fq_codel".into());
+        let list = findings(&f, 68.0, 1.0);
+        assert!(warned(&list).is_empty(), "{list:?}");
+        assert!(list.iter().any(|x| x.check == "pacing (qdisc)" && x.level == Level::Info));
     }
 
     #[test]
@@ -424,7 +423,7 @@ mod tests {
 
     #[test]
     fn gathering_this_host_works() {
-        let f = Facts::gather(&[PathBuf::from("/")]);
+        let f = Facts::gather(&[Path::new("/")]);
         assert!(f.nofile_hard > 0 && f.congestion_control.is_some(), "{f:?}");
         assert_eq!(f.filesystems.len(), 1);
         assert!(!findings(&f, 100.0, 10.0).is_empty());

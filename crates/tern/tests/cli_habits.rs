@@ -112,7 +112,7 @@ fn doctor_reports_findings_with_fixes() {
     // 100 Gb/s × 68 ms needs 850 MB of buffer; no test host has that.
     let buffers = &findings[0];
     assert_eq!((buffers["level"].as_str(), buffers["needs_root"].as_bool()), (Some("warn"), Some(true)), "{buffers}");
-    assert!(buffers["fix"].as_str().unwrap().starts_with("sysctl -w net.core.rmem_max="));
+    assert!(buffers["fix"].as_str().unwrap().starts_with("sysctl -w net.ipv4.tcp_rmem="));
     let text = tern_plain(&["doctor"]);
     assert!(String::from_utf8_lossy(&text.stdout).contains("socket buffers"));
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use tern_proto::msg::{FEATURE_PATH_TESTS, MAX_TEST_STEP_MS, MAX_TEST_STREAMS, TEST_NO_ENCRYPT, TEST_PULL};
+use tern_proto::msg::{FEATURE_HOST_FACTS, FEATURE_PATH_TESTS, MAX_TEST_STEP_MS, MAX_TEST_STREAMS, TEST_NO_ENCRYPT, TEST_PULL};
 use tern_proto::{Control, TestWhat};
 
 use crate::client::session::ClientSpec;
@@ -135,22 +135,23 @@ fn measured(o: Outcome) -> Rate {
     }
 }
 
-/// Runs the path test against `dest`'s side. Each step's time is `plan.step`.
-/// `local`: for a local `dest`, the in-process server (`server::probe::loopback`); the caller
-/// joins the two, as client code imports no server code.
-pub fn run(spec: &ClientSpec, dest: &Endpoint, plan: &Plan, local: Option<Connected>) -> Result<PathReport, TransferError> {
-    let mut far = open_far(spec, dest, local)?;
+/// A test session that is `Ready`, with the round trips to its data port measured.
+struct Started {
+    session_id: [u8; 16],
+    data_addr: String,
+    addrs: Vec<SocketAddr>,
+    /// TCP connect times to the data port, sorted, in seconds.
+    rtt: Vec<f64>,
+}
+
+/// Asks `far` for a path test and measures the round trip: TCP connects to the data port (the
+/// kernel answers; no ssh, no TLS).
+fn start(far: &mut Far, dest: &Endpoint, flags: u8, streams: u16, chunk_size: u32) -> Result<Started, TransferError> {
     let peer = far.peer.clone();
     if far.features & FEATURE_PATH_TESTS == 0 {
         return Err(TransferError::fatal(Side::Network, format!("{peer} runs an older tern without path tests; upgrade it there (or pass --install-remote over ssh)")));
     }
-    let step_ms = (plan.step.as_millis() as u32).clamp(tern_proto::msg::MIN_TEST_STEP_MS * 3, MAX_TEST_STEP_MS);
-    let most = plan.streams.unwrap_or(8).clamp(1, MAX_TEST_STREAMS);
-    let mut flags = if plan.encrypt { 0 } else { TEST_NO_ENCRYPT };
-    if plan.pull {
-        flags |= TEST_PULL;
-    }
-    far.writer.send(&Control::TestRequest { path: dest_dir(dest), flags, streams: most, chunk_size: plan.chunk_size })?;
+    far.writer.send(&Control::TestRequest { path: dest_dir(dest), flags, streams, chunk_size })?;
     let (session_id, reported) = match far.reader.recv()? {
         Control::Ready { session_id, data_addr, .. } => (session_id, String::from_utf8_lossy(&data_addr).into_owned()),
         Control::Fatal { side, message } => return Err(TransferError::fatal(side, format!("{message} (on {peer})"))),
@@ -165,7 +166,6 @@ pub fn run(spec: &ClientSpec, dest: &Endpoint, plan: &Plan, local: Option<Connec
         },
     };
     let addrs: Vec<SocketAddr> = data_addr.to_socket_addrs().map_err(|e| TransferError::network(format!("{data_addr}: {e}")))?.collect();
-    // Round trips: TCP connects to the data port (the kernel answers; no ssh, no TLS).
     let mut rtt = Vec::new();
     for _ in 0..10 {
         let t = Instant::now();
@@ -178,6 +178,51 @@ pub fn run(spec: &ClientSpec, dest: &Endpoint, plan: &Plan, local: Option<Connec
         }
     }
     rtt.sort_by(f64::total_cmp);
+    Ok(Started { session_id, data_addr, addrs, rtt })
+}
+
+/// The far side's tuning facts (`tern doctor DEST`) and the round trips to it.
+#[derive(Clone, Debug)]
+pub struct HostCheck {
+    /// The far side, in words.
+    pub peer: String,
+    /// TCP connect times to the data port, sorted, in seconds.
+    pub rtt: Vec<f64>,
+    pub facts: crate::host::Facts,
+}
+
+/// Asks `dest`'s side for its host facts: a path test of one step, with no data streams.
+/// `local`: as for `run`.
+pub fn host_check(spec: &ClientSpec, dest: &Endpoint, local: Option<Connected>) -> Result<HostCheck, TransferError> {
+    let mut far = open_far(spec, dest, local)?;
+    let peer = far.peer.clone();
+    if far.features & FEATURE_PATH_TESTS != 0 && far.features & FEATURE_HOST_FACTS == 0 {
+        return Err(TransferError::fatal(Side::Network, format!("{peer} runs an older tern that cannot report its host; upgrade it there (or pass --install-remote over ssh)")));
+    }
+    let Started { rtt, .. } = start(&mut far, dest, 0, 1, 1 << 20)?;
+    far.writer.send(&Control::TestStep { what: TestWhat::Host, count: 1, millis: tern_proto::msg::MIN_TEST_STEP_MS })?;
+    let facts = match far.reader.recv()? {
+        Control::TestResult { what: TestWhat::Host, note, .. } => crate::host::Facts::from_lines(&note, &String::from_utf8_lossy(&dest_dir(dest))),
+        Control::Fatal { side, message } => return Err(TransferError::fatal(side, format!("{message} (on {peer})"))),
+        _ => return Err(TransferError::fatal(Side::Network, format!("{peer} answered a host check with something else (is it a compatible tern?)"))),
+    };
+    let _ = far.writer.send(&Control::Bye);
+    Ok(HostCheck { peer, rtt, facts })
+}
+
+/// Runs the path test against `dest`'s side. Each step's time is `plan.step`.
+/// `local`: for a local `dest`, the in-process server (`server::probe::loopback`); the caller
+/// joins the two, as client code imports no server code.
+pub fn run(spec: &ClientSpec, dest: &Endpoint, plan: &Plan, local: Option<Connected>) -> Result<PathReport, TransferError> {
+    let mut far = open_far(spec, dest, local)?;
+    let peer = far.peer.clone();
+    let step_ms = (plan.step.as_millis() as u32).clamp(tern_proto::msg::MIN_TEST_STEP_MS * 3, MAX_TEST_STEP_MS);
+    let most = plan.streams.unwrap_or(8).clamp(1, MAX_TEST_STREAMS);
+    let mut flags = if plan.encrypt { 0 } else { TEST_NO_ENCRYPT };
+    if plan.pull {
+        flags |= TEST_PULL;
+    }
+    let Started { session_id, data_addr, addrs, rtt } = start(&mut far, dest, flags, most, plan.chunk_size)?;
     let median = Duration::from_secs_f64(rtt[rtt.len() / 2]);
     let streams = plan.streams.unwrap_or_else(|| chosen_streams(median)).min(most);
     let auth = StreamAuth { session_id, session_key: far.key, encrypt: plan.encrypt };

@@ -209,6 +209,14 @@ pub(crate) fn serve(reader: &mut CtrlReader, writer: &CtrlWriter, streams: Recei
                 Err(m) => Outcome::Skipped(m.clone()),
             },
             TestWhat::Hash | TestWhat::Seal => Outcome::Measured(cpu_rate(what, millis)),
+            TestWhat::Host => {
+                // The destination's file system only where a transfer could write; facts are
+                // advice and read-only, bounded by `to_lines`.
+                // A destination that does not exist yet is judged by the directory it would be made in.
+                let paths: Vec<&Path> = dest.iter().filter_map(|p| p.ancestors().find(|a| a.exists())).collect();
+                writer.send(&Control::TestResult { what, skipped: false, bytes: 0, micros: 0, note: crate::host::Facts::gather(&paths).to_lines() })?;
+                continue;
+            }
         };
         writer.send(&result_msg(what, &result))?;
     }

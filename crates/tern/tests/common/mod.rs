@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
+pub(crate) mod netns;
+
 pub(crate) fn tern_bin() -> &'static str {
     env!("CARGO_BIN_EXE_tern")
 }
