@@ -204,6 +204,9 @@ pub const FS_FORCE: u8 = 4;
 
 /// Hello feature bit: this peer answers `TestRequest` (`tern test`, docs/protocol.md "Path tests").
 pub const FEATURE_PATH_TESTS: u64 = 256;
+/// Hello feature bit: this peer answers `TestStep` what 4 (`TestWhat::Cpu`: its usable cores,
+/// CPU quota included, and the CPU time its last carry used; docs/protocol.md "Path tests").
+pub const FEATURE_TEST_CPU: u64 = 512;
 /// `TestRequest` flag: data streams carry no encryption (tagged frames, as `--no-encrypt`).
 pub const TEST_NO_ENCRYPT: u8 = 1;
 /// `TestRequest` flag: the server sends on the data streams (the client measures).
@@ -225,6 +228,9 @@ pub enum TestWhat {
     Hash,
     /// One core's AES-256-GCM seal rate.
     Seal,
+    /// The server's usable cores (×1000 in `bytes`) and the CPU time its last carry used
+    /// (`micros`); only to a peer with `FEATURE_TEST_CPU`.
+    Cpu,
 }
 
 impl TestWhat {
@@ -234,6 +240,7 @@ impl TestWhat {
             TestWhat::Write => "write",
             TestWhat::Hash => "hash",
             TestWhat::Seal => "seal",
+            TestWhat::Cpu => "cpu",
         }
     }
     fn to_u8(self) -> u8 {
@@ -245,6 +252,7 @@ impl TestWhat {
             1 => TestWhat::Write,
             2 => TestWhat::Hash,
             3 => TestWhat::Seal,
+            4 => TestWhat::Cpu,
             _ => return Err(ProtoError::Invalid { what: "test step", why: "unknown value" }),
         })
     }
@@ -1014,6 +1022,8 @@ mod tests {
         roundtrip(Control::TestRequest { path: b"/data/run".to_vec(), flags: TEST_PULL, streams: 8, chunk_size: 1 << 20 });
         roundtrip(Control::TestStep { what: TestWhat::Write, count: 8, millis: 3000 });
         roundtrip(Control::TestResult { what: TestWhat::Write, skipped: true, bytes: 0, micros: 0, note: "not writable".into() });
+        roundtrip(Control::TestStep { what: TestWhat::Cpu, count: 1, millis: 100 });
+        roundtrip(Control::TestResult { what: TestWhat::Cpu, skipped: false, bytes: 500, micros: 1_234_567, note: "CPU quota 0.50 cores".into() });
         for (bad, why) in [
             (Control::TestRequest { path: vec![], flags: 0, streams: 65, chunk_size: 1 << 20 }, "too many streams"),
             (Control::TestRequest { path: vec![], flags: 0, streams: 0, chunk_size: 1 << 20 }, "no stream"),
@@ -1085,8 +1095,18 @@ mod tests {
     fn feature_bits_are_distinct() {
         assert_eq!(FEATURE_THIRD_PARTY & FEATURE_EARLY_DATA_ADDR, 0);
         assert_eq!(FEATURE_EARLY_DATA_ADDR, 1 << 1);
-        let all =
-            [FEATURE_THIRD_PARTY, FEATURE_EARLY_DATA_ADDR, FEATURE_FILTERS, FEATURE_FILE_LIST, FEATURE_IGNORE_EXISTING, FEATURE_STREAM_RESET, FEATURE_HARD_LINKS, FEATURE_FS_OPS, FEATURE_PATH_TESTS];
+        let all = [
+            FEATURE_THIRD_PARTY,
+            FEATURE_EARLY_DATA_ADDR,
+            FEATURE_FILTERS,
+            FEATURE_FILE_LIST,
+            FEATURE_IGNORE_EXISTING,
+            FEATURE_STREAM_RESET,
+            FEATURE_HARD_LINKS,
+            FEATURE_FS_OPS,
+            FEATURE_PATH_TESTS,
+            FEATURE_TEST_CPU,
+        ];
         assert_eq!(all.iter().fold(0, |a, b| a | b).count_ones() as usize, all.len());
     }
 

@@ -21,7 +21,8 @@ pub(crate) fn our_features() -> u64 {
             | FEATURE_STREAM_RESET
             | FEATURE_HARD_LINKS
             | FEATURE_FS_OPS
-            | tern_proto::msg::FEATURE_PATH_TESTS,
+            | tern_proto::msg::FEATURE_PATH_TESTS
+            | tern_proto::msg::FEATURE_TEST_CPU,
     )
 }
 
