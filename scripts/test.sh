@@ -25,6 +25,11 @@ command -v setpriv >/dev/null || need+=(util-linux)
 command -v mount >/dev/null || need+=(mount)
 # The third-party test reads the client's per-socket byte counters with `ss`.
 command -v ss >/dev/null || need+=(iproute2)
+# tern test's storage cases mount bench/slowdisk.py (FUSE, Debian's python3 with fusepy on libfuse2;
+# fusermount from fuse3 to unmount).
+[[ -e /usr/lib/python3/dist-packages/fusepy.py ]] || /usr/bin/python3 -c 'import fuse' 2>/dev/null || need+=(python3-fusepy)
+compgen -G "/usr/lib/*/libfuse.so.2*" >/dev/null || need+=(libfuse2)
+command -v fusermount >/dev/null || need+=(fuse3)
 # The service's store tests start a real PostgreSQL server (initdb + postgres, as nobody).
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || need+=(postgresql)
 # ... and a real SMTP server (aiosmtpd, Debian's python3) to receive notification mails.

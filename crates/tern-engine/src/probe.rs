@@ -48,4 +48,11 @@ impl Rate {
 pub enum Outcome {
     Measured(Rate),
     Skipped(String),
+    /// `TestWhat::Cpu`'s answer: usable cores × 1000, the CPU time the last carry used, and
+    /// where the usable cores come from.
+    Cpu {
+        millicores: u64,
+        carry_cpu: Duration,
+        how: String,
+    },
 }

@@ -204,8 +204,11 @@ pub const FS_FORCE: u8 = 4;
 
 /// Hello feature bit: this peer answers `TestRequest` (`tern test`, docs/protocol.md "Path tests").
 pub const FEATURE_PATH_TESTS: u64 = 256;
+/// Hello feature bit: this peer answers `TestStep` what 4 (`TestWhat::Cpu`: its usable cores,
+/// CPU quota included, and the CPU time its last carry used; docs/protocol.md "Path tests").
+pub const FEATURE_TEST_CPU: u64 = 512;
 /// Hello feature bit: this peer answers a path test's `host` step (`tern doctor DEST`).
-pub const FEATURE_HOST_FACTS: u64 = 512;
+pub const FEATURE_HOST_FACTS: u64 = 1024;
 /// `TestRequest` flag: data streams carry no encryption (tagged frames, as `--no-encrypt`).
 pub const TEST_NO_ENCRYPT: u8 = 1;
 /// `TestRequest` flag: the server sends on the data streams (the client measures).
@@ -227,6 +230,9 @@ pub enum TestWhat {
     Hash,
     /// One core's AES-256-GCM seal rate.
     Seal,
+    /// The server's usable cores (×1000 in `bytes`) and the CPU time its last carry used
+    /// (`micros`); only to a peer with `FEATURE_TEST_CPU`.
+    Cpu,
     /// The host's tuning facts (`FEATURE_HOST_FACTS`): the result's note, as `key value` lines.
     Host,
 }
@@ -238,6 +244,7 @@ impl TestWhat {
             TestWhat::Write => "write",
             TestWhat::Hash => "hash",
             TestWhat::Seal => "seal",
+            TestWhat::Cpu => "cpu",
             TestWhat::Host => "host",
         }
     }
@@ -250,7 +257,8 @@ impl TestWhat {
             1 => TestWhat::Write,
             2 => TestWhat::Hash,
             3 => TestWhat::Seal,
-            4 => TestWhat::Host,
+            4 => TestWhat::Cpu,
+            5 => TestWhat::Host,
             _ => return Err(ProtoError::Invalid { what: "test step", why: "unknown value" }),
         })
     }
@@ -1020,6 +1028,8 @@ mod tests {
         roundtrip(Control::TestRequest { path: b"/data/run".to_vec(), flags: TEST_PULL, streams: 8, chunk_size: 1 << 20 });
         roundtrip(Control::TestStep { what: TestWhat::Write, count: 8, millis: 3000 });
         roundtrip(Control::TestResult { what: TestWhat::Write, skipped: true, bytes: 0, micros: 0, note: "not writable".into() });
+        roundtrip(Control::TestStep { what: TestWhat::Cpu, count: 1, millis: 100 });
+        roundtrip(Control::TestResult { what: TestWhat::Cpu, skipped: false, bytes: 500, micros: 1_234_567, note: "CPU quota 0.50 cores".into() });
         for (bad, why) in [
             (Control::TestRequest { path: vec![], flags: 0, streams: 65, chunk_size: 1 << 20 }, "too many streams"),
             (Control::TestRequest { path: vec![], flags: 0, streams: 0, chunk_size: 1 << 20 }, "no stream"),
@@ -1101,6 +1111,7 @@ mod tests {
             FEATURE_HARD_LINKS,
             FEATURE_FS_OPS,
             FEATURE_PATH_TESTS,
+            FEATURE_TEST_CPU,
             FEATURE_HOST_FACTS,
         ];
         assert_eq!(all.iter().fold(0, |a, b| a | b).count_ones() as usize, all.len());

@@ -90,8 +90,14 @@ pub(crate) struct Measures {
     pub send_seal: f64,
     pub recv_hash: f64,
     pub recv_seal: f64,
-    /// Cores on this host (the far side's are not known: the streams stand for them).
-    pub cores: u16,
+    /// Usable cores on this host: its CPUs, or its cgroup's CPU quota where that is fewer.
+    pub cores: f64,
+    /// The far side's usable cores, where it says (a server with the cpu step; otherwise the
+    /// streams stand for them), and where they come from ("CPU quota 0.50 cores (...)").
+    pub far_cores: Option<f64>,
+    pub far_how: Option<String>,
+    /// Cores the far side's process kept busy during the many-stream carry.
+    pub far_busy: Option<f64>,
     /// The socket-buffer maximum that bounds one stream's window here (bytes): the sender's
     /// tcp_wmem max for a push, the receiver's tcp_rmem max for a pull.
     pub sock_max: Option<u64>,
@@ -118,6 +124,11 @@ pub(crate) fn gb(v: f64) -> String {
     }
 }
 
+/// Gb/s as storage people say it: "40.0 MB/s".
+fn mbs(gbps: f64) -> String {
+    format!("{:.1} MB/s", gbps * 1e9 / 8.0 / 1e6)
+}
+
 fn mb(bytes: f64) -> String {
     if bytes >= 1e6 { format!("{:.1} MB", bytes / 1e6) } else { format!("{:.0} kB", bytes / 1e3) }
 }
@@ -136,9 +147,11 @@ fn combined(hash: f64, seal: f64, encrypt: bool) -> f64 {
 /// Names the component that limits a transfer, with its numbers and what would lift it.
 pub(crate) fn verdict(m: &Measures) -> Verdict {
     let n = m.streams.max(1);
-    // What the streams' CPU work allows on each side: per-core rate × the cores the streams use.
-    let here = m.cores.max(1).min(n) as f64;
-    let (send_par, recv_par) = if m.pull { (n as f64, here) } else { (here, n as f64) };
+    // What the streams' CPU work allows on each side: per-core rate × the cores the streams can
+    // use (the side's usable cores, a CPU quota included, or the streams where unknown).
+    let here = m.cores.max(0.01).min(n as f64);
+    let far = m.far_cores.map_or(n as f64, |c| c.max(0.01).min(n as f64));
+    let (send_par, recv_par) = if m.pull { (far, here) } else { (here, far) };
     let cpu_send = combined(m.send_hash, m.send_seal, m.encrypt) * send_par;
     let cpu_recv = combined(m.recv_hash, m.recv_seal, m.encrypt) * recv_par;
     let cpu = cpu_send.min(cpu_recv);
@@ -152,27 +165,58 @@ pub(crate) fn verdict(m: &Measures) -> Verdict {
     let (mut limit, expected) = parts.iter().copied().fold(("network", f64::INFINITY), |a, b| if b.1 < a.1 { b } else { a });
     // memory→memory already paid for hashing and sealing: if those alone allow about this
     // rate, the network was not what held it.
-    if limit == "network" && cpu > 0.0 && cpu <= m.net_many * 1.25 {
+    // The far side's process kept (nearly) all the cores it may use busy while carrying, with
+    // more streams than those cores: its CPU held the rate, whatever the per-core estimate says.
+    let far_saturated = matches!((m.far_busy, m.far_cores), (Some(b), Some(c)) if c < n as f64 && b >= 0.85 * c.min(n as f64));
+    if limit == "network" && ((cpu > 0.0 && cpu <= m.net_many * 1.25) || far_saturated) {
         limit = "cpu";
     }
-    let many = |what: &str, one: Option<f64>, many: Option<f64>| format!("one {what} {}, {n} {what}s {}", gb(one.unwrap_or(0.0)), gb(many.unwrap_or(0.0)));
+    let many = |what: &str, one: Option<f64>, many: Option<f64>| {
+        let (one, many) = (one.unwrap_or(0.0), many.unwrap_or(0.0));
+        format!("one {what} {} ({}), {n} {what}s {} ({})", mbs(one), gb(one), mbs(many), gb(many))
+    };
     let (line, fix) = match limit {
         "cpu" => {
-            let side = if cpu_send <= cpu_recv { "sending" } else { "receiving" };
+            // The far side when it is the one held (saturated), else the side whose estimate is lower.
+            let far_side = if m.pull { "sending" } else { "receiving" };
+            let side = if far_saturated {
+                far_side
+            } else if cpu_send <= cpu_recv {
+                "sending"
+            } else {
+                "receiving"
+            };
+            let (side_cpu, par) = if side == "sending" { (cpu_send, send_par) } else { (cpu_recv, recv_par) };
             let what = if m.encrypt { "hashing and sealing" } else { "hashing" };
-            (
+            let (cores, how) = if side == far_side { (m.far_cores, m.far_how.clone()) } else { (Some(m.cores), None) };
+            let quota = how.as_deref().filter(|h| h.starts_with("CPU quota"));
+            let mut line = format!("CPU ({what}): {} with {n} streams; the {side} side's ", gb(m.net_many));
+            // Measured: the rate per core its process kept busy (hashing and sealing alone are
+            // only part of a stream's work: system calls, copies, the TCP stack).
+            let busy = if side == far_side { m.far_busy.filter(|b| *b > 0.0) } else { None };
+            let per_core = busy.map_or(side_cpu / par, |b| m.net_many / b);
+            match (cores, quota) {
+                (Some(c), Some(q)) => line += &format!("usable cores are {c:.2} ({q})"),
+                (Some(c), None) if c < n as f64 => line += &format!("usable cores are {c:.2}"),
+                _ => line += &format!("cores allow about {} ({} per core)", gb(side_cpu), gb(side_cpu / par)),
+            }
+            if let Some(b) = busy {
+                line += &format!(" and it kept {b:.2} busy carrying: {} per busy core ({what} alone: {} per core)", gb(per_core), gb(side_cpu / par));
+            } else if cores.is_some_and(|c| c < n as f64) || quota.is_some() {
+                line += &format!(", allowing about {} ({} per core)", gb(side_cpu), gb(side_cpu / par));
+            }
+            let fix = if quota.is_some() {
                 format!(
-                    "CPU ({what}): {} with {n} streams; the {side} side's cores allow about {} ({} per core)",
-                    gb(m.net_many),
-                    gb(cpu),
-                    gb(if side == "sending" { cpu_send / send_par } else { cpu_recv / recv_par })
-                ),
-                Some(if m.encrypt {
-                    "on a trusted network --no-encrypt drops the sealing; otherwise more cores (and --streams up to them) lift it".to_string()
-                } else {
-                    "more cores, and --streams up to them, lift it".to_string()
-                }),
-            )
+                    "the {side} side's CPU quota is the limit: raise it (cgroup cpu.max or cpu.cfs_quota_us, or the job's CPU request); each further core carries about {}{}",
+                    gb(per_core),
+                    if m.encrypt { "; on a trusted network --no-encrypt drops the sealing" } else { "" }
+                )
+            } else if m.encrypt {
+                "on a trusted network --no-encrypt drops the sealing; otherwise more cores (and --streams up to them) lift it".to_string()
+            } else {
+                "more cores, and --streams up to them, lift it".to_string()
+            };
+            (line, Some(fix))
         }
         "destination" => {
             let helps = m.write_many.unwrap_or(0.0) > 1.5 * m.write_one.unwrap_or(0.0);
@@ -236,6 +280,7 @@ fn outcome(o: &Outcome) -> (Option<f64>, Option<String>) {
     match o {
         Outcome::Measured(r) => (Some(r.gbps()), None),
         Outcome::Skipped(why) => (None, Some(why.clone())),
+        Outcome::Cpu { .. } => (None, Some("not a rate".into())),
     }
 }
 
@@ -278,7 +323,8 @@ pub(crate) fn run(a: TestArgs) -> Result<ExitCode> {
     let cpu_ms = (step_ms / 3).max(100);
     let (hash, seal) = (tern_engine::net::probe::cpu_rate(TestWhat::Hash, cpu_ms), tern_engine::net::probe::cpu_rate(TestWhat::Seal, cpu_ms));
     let facts = crate::doctor::Facts::gather(&[]);
-    let cores = std::thread::available_parallelism().map_or(1, |c| c.get()) as u16;
+    let (cores, cores_how) = tern_engine::net::probe::usable_cores();
+    let far_cpu = report.far_cpu.clone();
     let rtt_ms: Vec<f64> = report.rtt.iter().map(|s| s * 1e3).collect();
     let (w1, w1_skip) = outcome(&report.write_one);
     let (wn, _) = outcome(&report.write_many);
@@ -298,6 +344,9 @@ pub(crate) fn run(a: TestArgs) -> Result<ExitCode> {
         recv_hash: if a.pull { here_hash } else { there_hash },
         recv_seal: if a.pull { here_seal } else { there_seal },
         cores,
+        far_cores: far_cpu.as_ref().map(|c| c.cores),
+        far_how: far_cpu.as_ref().map(|c| c.how.clone()),
+        far_busy: far_cpu.as_ref().map(|c| c.busy),
         sock_max: if a.pull { facts.tcp_rmem_max } else { facts.tcp_wmem_max },
         pull: a.pull,
     };
@@ -325,7 +374,10 @@ pub(crate) fn run(a: TestArgs) -> Result<ExitCode> {
                 "network": { "one_gbps": m.net_one, "many_gbps": m.net_many, "streams": n },
                 "destination": destination,
                 "source": source,
-                "cpu": { "local": { "hash_gbps": here_hash, "seal_gbps": here_seal, "cores": cores }, "remote": { "hash_gbps": there_hash, "seal_gbps": there_seal } },
+                "cpu": {
+                    "local": { "hash_gbps": here_hash, "seal_gbps": here_seal, "cores": cores, "cores_from": cores_how },
+                    "remote": { "hash_gbps": there_hash, "seal_gbps": there_seal, "cores": m.far_cores, "cores_from": m.far_how, "busy_cores": m.far_busy },
+                },
                 "verdict": v,
                 "expected_gbps": v.expected_gbps,
             })
@@ -336,22 +388,33 @@ pub(crate) fn run(a: TestArgs) -> Result<ExitCode> {
     println!("round trip   min {:.3} ms, median {:.3} ms (TCP connects to the data port)", rtt_ms.first().copied().unwrap_or(0.0), m.rtt_ms.unwrap_or(0.0));
     println!("network      1 stream {}, {n} streams {} (memory→memory, framed, hashed and sealed as a transfer)", gb(m.net_one), gb(m.net_many));
     match &w1_skip {
-        None => println!("destination  1 writer {}, {n} writers {} (scratch file, fdatasync included)", gb(w1.unwrap_or(0.0)), gb(wn.unwrap_or(0.0))),
+        None => println!(
+            "destination  1 writer {} ({}), {n} writers {} ({}) (scratch file, fdatasync included)",
+            gb(w1.unwrap_or(0.0)),
+            mbs(w1.unwrap_or(0.0)),
+            gb(wn.unwrap_or(0.0)),
+            mbs(wn.unwrap_or(0.0))
+        ),
         Some(why) => println!("destination  skipped: {why}"),
     }
     match &read {
         Ok(r) => println!(
-            "source       1 reader {}, {n} readers {} ({}{}{})",
+            "source       1 reader {} ({}), {n} readers {} ({}) ({}{}{})",
             gb(r.one.gbps()),
+            mbs(r.one.gbps()),
             gb(r.many.gbps()),
+            mbs(r.many.gbps()),
             if r.scratch { "a scratch file in " } else { "" },
             r.file.display(),
             if r.warm { "; caches likely warm: an upper bound, give --source FILE for a real file" } else { "" }
         ),
         Err(why) => println!("source       skipped: {why}"),
     }
-    println!("cpu here     BLAKE3 {}, seal {} per core ({cores} cores)", gb(here_hash), gb(here_seal));
-    println!("cpu there    BLAKE3 {}, seal {} per core", gb(there_hash), gb(there_seal));
+    println!("cpu here     BLAKE3 {}, seal {} per core; {cores_how}", gb(here_hash), gb(here_seal));
+    match &far_cpu {
+        Some(c) => println!("cpu there    BLAKE3 {}, seal {} per core; {}; {:.2} cores busy carrying with {n} streams", gb(there_hash), gb(there_seal), c.how, c.busy),
+        None => println!("cpu there    BLAKE3 {}, seal {} per core", gb(there_hash), gb(there_seal)),
+    }
     println!("verdict      {}", v.line);
     if let Some(fix) = &v.fix {
         println!("fix          {fix}");
@@ -479,7 +542,10 @@ mod tests {
             send_seal: 30.0,
             recv_hash: 30.0,
             recv_seal: 30.0,
-            cores: 16,
+            cores: 16.0,
+            far_cores: None,
+            far_how: None,
+            far_busy: None,
             sock_max: Some(128 << 20),
             pull: false,
         }
@@ -521,7 +587,7 @@ mod tests {
         };
         let v = verdict(&m);
         assert_eq!(v.limit, "destination", "{v:?}");
-        assert_eq!(v.line, "destination storage: one writer 2.10 Gb/s, 8 writers 11.0 Gb/s; tern will use 8");
+        assert_eq!(v.line, "destination storage: one writer 262.5 MB/s (2.10 Gb/s), 8 writers 1375.0 MB/s (11.0 Gb/s); tern will use 8");
         assert!(v.fix.unwrap().contains("--streams 16"));
         assert_eq!(v.expected_gbps, 11.0);
         // A file system that does not scale with writers gets other advice.
@@ -536,14 +602,14 @@ mod tests {
         let m = Measures { read_one: Some(0.3), read_many: Some(0.32), ..fast() };
         let v = verdict(&m);
         assert_eq!(v.limit, "source", "{v:?}");
-        assert!(v.line.contains("one reader 0.300 Gb/s, 8 readers 0.320 Gb/s"), "{}", v.line);
+        assert!(v.line.contains("one reader 37.5 MB/s (0.300 Gb/s), 8 readers 40.0 MB/s (0.320 Gb/s)"), "{}", v.line);
         assert!((v.expected_gbps - 0.32).abs() < 1e-9);
     }
 
     #[test]
     fn sealing_on_a_slow_core_is_named_and_no_encrypt_suggested() {
         // The receiver seals at 1 Gb/s a core and has... its streams; memory→memory shows it.
-        let m = Measures { net_one: 0.9, net_many: 3.6, cores: 4, streams: 4, recv_seal: 1.0, recv_hash: 8.0, rtt_ms: Some(0.1), ..fast() };
+        let m = Measures { net_one: 0.9, net_many: 3.6, cores: 4.0, streams: 4, recv_seal: 1.0, recv_hash: 8.0, rtt_ms: Some(0.1), ..fast() };
         let v = verdict(&m);
         assert_eq!(v.limit, "cpu", "{v:?}");
         assert!(v.line.contains("receiving side"), "{}", v.line);
@@ -559,5 +625,68 @@ mod tests {
         let v = verdict(&m);
         assert_eq!(v.limit, "network");
         assert_eq!(v.expected_gbps, 1.0);
+    }
+
+    /// Destination writes capped at 40 MB/s on a 1 Gb/s path (the bed's dstdisk case): named with
+    /// both writer counts in MB/s, and more writers do not help.
+    #[test]
+    fn a_destination_capped_at_40_mbytes_is_named_in_mb_per_s() {
+        let m = Measures { rtt_ms: Some(0.2), streams: 2, net_one: 0.93, net_many: 0.94, write_one: Some(0.317), write_many: Some(0.321), cores: 2.0, ..fast() };
+        let v = verdict(&m);
+        assert_eq!(v.limit, "destination", "{v:?}");
+        assert_eq!(v.line, "destination storage: one writer 39.6 MB/s (0.317 Gb/s), 2 writers 40.1 MB/s (0.321 Gb/s); tern will use 2");
+        assert!(v.fix.unwrap().contains("more writers do not help: the file system itself is the limit"));
+        assert!((v.expected_gbps - 0.321).abs() < 1e-9);
+    }
+
+    /// Source reads capped at 40 MB/s (the bed's srcdisk case).
+    #[test]
+    fn a_source_capped_at_40_mbytes_is_named_in_mb_per_s() {
+        let m = Measures { rtt_ms: Some(0.2), streams: 2, net_one: 0.93, net_many: 0.94, read_one: Some(0.32), read_many: Some(0.319), cores: 2.0, ..fast() };
+        let v = verdict(&m);
+        assert_eq!(v.limit, "source", "{v:?}");
+        assert_eq!(v.line, "source storage: one reader 40.0 MB/s (0.320 Gb/s), 2 readers 39.9 MB/s (0.319 Gb/s); tern will use 2");
+        assert!(v.fix.unwrap().contains("the source file system is the limit"));
+        assert!((v.expected_gbps - 0.32).abs() < 1e-9);
+    }
+
+    /// A CPU quota of half a core on the receiving daemon (the bed's cpu case): its per-core rates
+    /// are fast, but it may use 0.5 cores and kept them busy; named with the quota and its fix.
+    #[test]
+    fn a_cpu_quota_on_the_receiving_side_is_named_with_its_usable_cores() {
+        let quota = "CPU quota 0.50 cores (cgroup v1 cpu.cfs_quota_us 50000 / cpu.cfs_period_us 100000)";
+        let m = Measures {
+            rtt_ms: Some(0.2),
+            streams: 2,
+            net_one: 0.55,
+            net_many: 0.56,
+            cores: 2.0,
+            recv_hash: 8.0,
+            recv_seal: 2.8,
+            far_cores: Some(0.5),
+            far_how: Some(quota.into()),
+            far_busy: Some(0.49),
+            ..fast()
+        };
+        let v = verdict(&m);
+        assert_eq!(v.limit, "cpu", "{v:?}");
+        assert_eq!(
+            v.line,
+            format!(
+                "CPU (hashing and sealing): 0.560 Gb/s with 2 streams; the receiving side's usable cores are 0.50 ({quota}) and it kept 0.49 busy carrying: 1.14 Gb/s per busy core (hashing and sealing alone: 2.07 Gb/s per core)"
+            )
+        );
+        let fix = v.fix.unwrap();
+        assert!(fix.starts_with("the receiving side's CPU quota is the limit: raise it (cgroup cpu.max or cpu.cfs_quota_us"), "{fix}");
+        assert!(fix.contains("each further core carries about 1.14 Gb/s"), "{fix}");
+        assert!(fix.contains("--no-encrypt"), "{fix}");
+        assert!((v.expected_gbps - 0.56).abs() < 1e-9);
+        // The same daemon not busy (the link held the rate, not its quota): the network.
+        let idle = Measures { far_busy: Some(0.1), recv_hash: 30.0, recv_seal: 30.0, ..m.clone() };
+        assert_eq!(verdict(&idle).limit, "network");
+        // A pull: the far side sends; its quota is the sending side's.
+        let v = verdict(&Measures { pull: true, send_hash: 8.0, send_seal: 2.8, ..m });
+        assert_eq!(v.limit, "cpu");
+        assert!(v.line.contains("the sending side's usable cores are 0.50 (CPU quota"), "{}", v.line);
     }
 }

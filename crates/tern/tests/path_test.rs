@@ -317,3 +317,174 @@ fn an_older_daemon_is_refused_with_one_line() {
     assert_eq!(e.trim_end().lines().count(), 1, "one line: {e}");
     assert!(e.contains("older tern without path tests; upgrade it there"), "{e}");
 }
+
+/// bench/slowdisk.py mounted at `mnt` over `backing`: a FUSE file system whose reads and writes
+/// are capped (MB/s; 0: no cap). `None` (with a note) where FUSE or fusepy is missing; scripts/test.sh
+/// installs them (python3-fusepy, libfuse2, fuse3). Unmounted and stopped on drop.
+struct SlowDisk {
+    mnt: std::path::PathBuf,
+    child: std::process::Child,
+}
+
+impl SlowDisk {
+    fn mount(backing: &Path, mnt: &Path, read_mbps: u32, write_mbps: u32) -> Option<Self> {
+        let py = Path::new("/usr/bin/python3");
+        let has_fusepy = || Command::new(py).args(["-c", "import importlib.util as u, sys; sys.exit(not (u.find_spec('fuse') or u.find_spec('fusepy')))"]).status().is_ok_and(|s| s.success());
+        let fusermount = || Command::new("fusermount").arg("-V").output().is_ok_and(|o| o.status.success());
+        if !Path::new("/dev/fuse").exists() || !py.exists() || !has_fusepy() || !fusermount() {
+            eprintln!("SKIP: no FUSE here (/dev/fuse, /usr/bin/python3 with fusepy, fusermount: scripts/test.sh installs python3-fusepy libfuse2 fuse3 as root)");
+            return None;
+        }
+        std::fs::create_dir_all(backing).unwrap();
+        std::fs::create_dir_all(mnt).unwrap();
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/slowdisk.py");
+        let child = Command::new(py)
+            .arg(script)
+            .arg(backing)
+            .arg(mnt)
+            .args(["--read-mbps", &read_mbps.to_string(), "--write-mbps", &write_mbps.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let me = SlowDisk { mnt: mnt.to_path_buf(), child };
+        let mounted = || std::fs::read_to_string("/proc/self/mountinfo").unwrap().lines().any(|l| l.split(' ').nth(4) == Some(mnt.to_str().unwrap()));
+        for _ in 0..100 {
+            if mounted() {
+                return Some(me);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        eprintln!("SKIP: bench/slowdisk.py did not mount (no permission for FUSE here?)");
+        None
+    }
+}
+
+impl Drop for SlowDisk {
+    fn drop(&mut self) {
+        // Unmounted first (a killed file system would leave a dead mount behind); fusepy's
+        // loop does not always end by itself after that, so it is stopped by its PID.
+        let _ = Command::new("fusermount").arg("-u").arg(&self.mnt).status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Within 15 % of 40 MB/s (0.32 Gb/s).
+fn near_40_mbytes(gbps: f64, v: &serde_json::Value) {
+    assert!((gbps - 0.32).abs() <= 0.15 * 0.32, "{gbps} Gb/s ({:.1} MB/s) against a 40 MB/s cap: {v}", gbps * 125.0);
+}
+
+/// The daemon's directory is a file system whose writes are capped at 40 MB/s: the verdict is the
+/// destination's storage, in MB/s, and more writers do not help.
+#[test]
+fn a_destination_capped_at_40_mbytes_is_named() {
+    let t = scratch();
+    let root = t.path().join("root");
+    let Some(_disk) = SlowDisk::mount(&t.path().join("back"), &root.join("capped"), 0, 40) else { return };
+    let d = Daemon::start(&root, &t.path().join("token"));
+    let v = report(&run(&["test", "--seconds", "10", "--streams", "4", "--json", "--token-file", &d.token_arg(), &d.url("capped")]));
+    assert_complete(&v, true);
+    assert_eq!(v["verdict"]["limit"], "destination", "{v}");
+    near_40_mbytes(v["destination"]["many_gbps"].as_f64().unwrap(), &v);
+    near_40_mbytes(v["destination"]["one_gbps"].as_f64().unwrap(), &v);
+    let line = v["verdict"]["line"].as_str().unwrap();
+    assert!(line.starts_with("destination storage: one writer ") && line.contains(" MB/s (0.3"), "{line}");
+    assert!(v["verdict"]["fix"].as_str().unwrap().contains("more writers do not help"), "{v}");
+    assert_clean(&root.join("capped"));
+}
+
+/// `--source` a file on a file system whose reads are capped at 40 MB/s: the verdict is the
+/// source's storage.
+#[test]
+fn a_source_capped_at_40_mbytes_is_named() {
+    let t = scratch();
+    write_file(&t.path().join("back/big"), 7, 64 << 20);
+    let mnt = t.path().join("mnt");
+    let Some(_disk) = SlowDisk::mount(&t.path().join("back"), &mnt, 40, 0) else { return };
+    let root = t.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let d = Daemon::start(&root, &t.path().join("token"));
+    let src = mnt.join("big");
+    let v = report(&run(&["test", "--seconds", "10", "--streams", "4", "--json", "--source", src.to_str().unwrap(), "--token-file", &d.token_arg(), &d.url("")]));
+    assert_complete(&v, true);
+    assert_eq!(v["verdict"]["limit"], "source", "{v}");
+    assert_eq!(v["source"]["warm_cache"], false, "{v}");
+    near_40_mbytes(v["source"]["many_gbps"].as_f64().unwrap(), &v);
+    near_40_mbytes(v["source"]["one_gbps"].as_f64().unwrap(), &v);
+    assert!(v["verdict"]["line"].as_str().unwrap().starts_with("source storage: one reader "), "{v}");
+}
+
+/// A CPU-quota cgroup (v1 `cpu.cfs_quota_us`, or v2 `cpu.max`) of `cores`, removed on drop once
+/// empty. `None` (with a note) where neither can be made.
+struct CpuQuota {
+    dir: std::path::PathBuf,
+}
+
+impl CpuQuota {
+    fn new(cores: f64) -> Option<Self> {
+        let name = format!("tern-test-{}", std::process::id());
+        // Short periods: a smoother quota for TCP.
+        let (q, p) = ((cores * 20_000.0) as u64, 20_000u64);
+        let v1 = Path::new("/sys/fs/cgroup/cpu");
+        if v1.join("cpu.cfs_quota_us").exists() && std::fs::create_dir(v1.join(&name)).is_ok() {
+            let dir = v1.join(&name);
+            let ok = std::fs::write(dir.join("cpu.cfs_period_us"), p.to_string()).is_ok() && std::fs::write(dir.join("cpu.cfs_quota_us"), q.to_string()).is_ok();
+            // Its quota even while other tests (or builds) share the machine.
+            let _ = std::fs::write(dir.join("cpu.shares"), "8192");
+            let me = CpuQuota { dir };
+            return ok.then_some(me);
+        }
+        let v2 = Path::new("/sys/fs/cgroup");
+        if std::fs::read_to_string(v2.join("cgroup.controllers")).is_ok_and(|c| c.split_whitespace().any(|c| c == "cpu")) {
+            let _ = std::fs::write(v2.join("cgroup.subtree_control"), "+cpu");
+            if std::fs::create_dir(v2.join(&name)).is_ok() {
+                let me = CpuQuota { dir: v2.join(&name) };
+                if std::fs::write(me.dir.join("cpu.max"), format!("{q} {p}")).is_ok() {
+                    let _ = std::fs::write(me.dir.join("cpu.weight"), "1000");
+                    return Some(me);
+                }
+            }
+        }
+        eprintln!("SKIP: cannot make a CPU-quota cgroup (needs root and a cgroup v1 cpu or v2 cpu controller)");
+        None
+    }
+
+    fn add(&self, pid: u32) {
+        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string()).unwrap();
+    }
+}
+
+impl Drop for CpuQuota {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// The receiving daemon held to a tenth of a core: the verdict is the CPU, on the receiving
+/// side, naming its quota; the daemon says it may use 0.1 cores and kept them busy.
+#[test]
+fn a_cpu_quota_on_the_receiving_daemon_is_named() {
+    let t = scratch();
+    let root = t.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let Some(quota) = CpuQuota::new(0.1) else { return };
+    let mut d = Daemon::start(&root, &t.path().join("token"));
+    quota.add(d.child.id());
+    let v = report(&run(&["test", "--seconds", "6", "--streams", "2", "--json", "--token-file", &d.token_arg(), &d.url("")]));
+    assert_complete(&v, true);
+    assert_eq!(v["cpu"]["remote"]["cores"].as_f64(), Some(0.1), "{v}");
+    assert!(v["cpu"]["remote"]["cores_from"].as_str().unwrap().starts_with("CPU quota 0.10 cores (cgroup"), "{v}");
+    let busy = v["cpu"]["remote"]["busy_cores"].as_f64().unwrap();
+    assert!(busy > 0.085 && busy < 0.12, "busy {busy} of a 0.1-core quota: {v}");
+    assert_eq!(v["verdict"]["limit"], "cpu", "{v}");
+    let line = v["verdict"]["line"].as_str().unwrap();
+    assert!(line.contains("the receiving side's usable cores are 0.10 (CPU quota 0.10 cores"), "{line}");
+    assert!(v["verdict"]["fix"].as_str().unwrap().starts_with("the receiving side's CPU quota is the limit"), "{v}");
+    d.kill9();
+}

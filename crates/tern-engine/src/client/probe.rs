@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use tern_proto::msg::{FEATURE_HOST_FACTS, FEATURE_PATH_TESTS, MAX_TEST_STEP_MS, MAX_TEST_STREAMS, TEST_NO_ENCRYPT, TEST_PULL};
+use tern_proto::msg::{FEATURE_HOST_FACTS, FEATURE_PATH_TESTS, FEATURE_TEST_CPU, MAX_TEST_STEP_MS, MAX_TEST_STREAMS, TEST_NO_ENCRYPT, TEST_PULL};
 use tern_proto::{Control, TestWhat};
 
 use crate::client::session::ClientSpec;
@@ -50,6 +50,19 @@ pub struct PathReport {
     pub write_many: Outcome,
     pub hash: Rate,
     pub seal: Rate,
+    /// The far side's CPU (a server with `FEATURE_TEST_CPU`; none from an older one).
+    pub far_cpu: Option<FarCpu>,
+}
+
+/// What the far side's process may use and used (`TestWhat::Cpu`).
+#[derive(Clone, Debug)]
+pub struct FarCpu {
+    /// Usable cores: its CPUs, or its cgroup's CPU quota where that is fewer.
+    pub cores: f64,
+    /// Where `cores` comes from, in words ("CPU quota 0.50 cores (cgroup v1 ...)", "2 CPUs").
+    pub how: String,
+    /// Cores its process kept busy during the many-stream carry (CPU time ÷ the window).
+    pub busy: f64,
 }
 
 /// tern's starting stream count for a round trip, as `session::initial_streams` chooses it
@@ -131,7 +144,7 @@ fn expect_result(r: &mut CtrlReader, what: TestWhat, peer: &str) -> Result<Outco
 fn measured(o: Outcome) -> Rate {
     match o {
         Outcome::Measured(r) => r,
-        Outcome::Skipped(_) => Rate::default(),
+        Outcome::Skipped(_) | Outcome::Cpu { .. } => Rate::default(),
     }
 }
 
@@ -253,7 +266,7 @@ pub fn run(spec: &ClientSpec, dest: &Endpoint, plan: &Plan, local: Option<Connec
     let mut carry = |k: u16, far: &mut Far| -> Result<Rate, TransferError> {
         far.writer.send(&Control::TestStep { what: TestWhat::Carry, count: k, millis: step_ms })?;
         if plan.pull {
-            let ours = window(&arrived, Instant::now(), step_ms);
+            let (ours, _) = window(&arrived, Instant::now(), step_ms);
             expect_result(&mut far.reader, TestWhat::Carry, &peer)?;
             return Ok(ours);
         }
@@ -269,6 +282,22 @@ pub fn run(spec: &ClientSpec, dest: &Endpoint, plan: &Plan, local: Option<Connec
     };
     let carry_one = carry(1, &mut far)?;
     let carry_many = carry(streams, &mut far)?;
+    // The far side's usable cores and what the many-stream carry kept busy there; the window
+    // its CPU time was taken over: the carry's own (push), the step (pull).
+    let far_cpu = if far.features & FEATURE_TEST_CPU != 0 {
+        far.writer.send(&Control::TestStep { what: TestWhat::Cpu, count: 1, millis: tern_proto::msg::MIN_TEST_STEP_MS })?;
+        match far.reader.recv()? {
+            Control::TestResult { what: TestWhat::Cpu, skipped: false, bytes, micros, note } => {
+                let window = if plan.pull { step_ms as f64 / 1e3 } else { carry_many.secs };
+                Some(FarCpu { cores: bytes as f64 / 1000.0, how: note, busy: if window > 0.0 { micros as f64 / 1e6 / window } else { 0.0 } })
+            }
+            Control::TestResult { what: TestWhat::Cpu, .. } => None,
+            Control::Fatal { side, message } => return Err(TransferError::fatal(side, format!("{message} (on {peer})"))),
+            _ => return Err(TransferError::fatal(Side::Network, format!("{peer} answered a path test step with something else (is it a compatible tern?)"))),
+        }
+    } else {
+        None
+    };
     let mut ask = |what: TestWhat, count: u16, millis: u32| -> Result<Outcome, TransferError> {
         far.writer.send(&Control::TestStep { what, count, millis })?;
         expect_result(&mut far.reader, what, &peer)
@@ -285,5 +314,5 @@ pub fn run(spec: &ClientSpec, dest: &Endpoint, plan: &Plan, local: Option<Connec
     for d in drains {
         let _ = d.join();
     }
-    Ok(PathReport { peer, rtt, streams, carry_one, carry_many, write_one, write_many, hash, seal })
+    Ok(PathReport { peer, rtt, streams, carry_one, carry_many, write_one, write_many, hash, seal, far_cpu })
 }

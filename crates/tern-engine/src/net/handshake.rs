@@ -22,6 +22,7 @@ pub(crate) fn our_features() -> u64 {
             | FEATURE_HARD_LINKS
             | FEATURE_FS_OPS
             | tern_proto::msg::FEATURE_PATH_TESTS
+            | tern_proto::msg::FEATURE_TEST_CPU
             | tern_proto::msg::FEATURE_HOST_FACTS,
     )
 }

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use crate::error::{Side, TransferError};
 use crate::net::control::{CtrlReader, CtrlWriter};
 use crate::net::datastream::{PendingStream, StreamAuth};
-use crate::net::probe::{Connected, Lane, blast_all, cpu_rate, drain, window};
+use crate::net::probe::{Connected, Lane, blast_all, cpu_rate, drain, process_cpu, usable_cores, window};
 use crate::net::transport::random;
 use crate::probe::{MAX_SCRATCH, MAX_SESSION, MAX_STEPS, Outcome, Rate};
 use crate::progress::Progress;
@@ -175,6 +175,8 @@ pub(crate) fn serve(reader: &mut CtrlReader, writer: &CtrlWriter, streams: Recei
         });
     }
     let mut steps = 0usize;
+    // The CPU time this process used in the last carry's measured window (`TestWhat::Cpu`).
+    let mut carry_cpu = Duration::ZERO;
     loop {
         let (what, count, millis) = match reader.recv()? {
             Control::TestStep { what, count, millis } => (what, count, millis.min(MAX_TEST_STEP_MS)),
@@ -199,11 +201,20 @@ pub(crate) fn serve(reader: &mut CtrlReader, writer: &CtrlWriter, streams: Recei
                 let mut all = lanes.lock().unwrap();
                 let k = (count as usize).min(all.len());
                 let stop = AtomicBool::new(false);
-                let t = Instant::now();
+                let (t, c0) = (Instant::now(), process_cpu());
                 let sent = blast_all(&mut all[..k], chunk, &stop, Some(t + Duration::from_millis(millis as u64)));
+                carry_cpu = process_cpu().saturating_sub(c0);
                 Outcome::Measured(Rate::new(sent, t.elapsed()))
             }
-            TestWhat::Carry => Outcome::Measured(window(&arrived, Instant::now(), millis)),
+            TestWhat::Carry => {
+                let (rate, cpu) = window(&arrived, Instant::now(), millis);
+                carry_cpu = cpu;
+                Outcome::Measured(rate)
+            }
+            TestWhat::Cpu => {
+                let (cores, how) = usable_cores();
+                Outcome::Cpu { millicores: (cores * 1000.0).round() as u64, carry_cpu, how }
+            }
             TestWhat::Write => match &dest {
                 Ok(p) => write_test(served.roots, p, count, chunk, millis),
                 Err(m) => Outcome::Skipped(m.clone()),
@@ -232,15 +243,17 @@ impl Drop for Defer {
 }
 
 fn result_msg(what: TestWhat, r: &Outcome) -> Control {
+    let bounded = |why: &str| {
+        let mut note = why.to_string();
+        while note.len() > tern_proto::limits::MAX_MESSAGE {
+            note.pop();
+        }
+        note
+    };
     match r {
         Outcome::Measured(r) => Control::TestResult { what, skipped: false, bytes: r.bytes, micros: (r.secs * 1e6) as u64, note: String::new() },
-        Outcome::Skipped(why) => {
-            let mut note = why.clone();
-            while note.len() > tern_proto::limits::MAX_MESSAGE {
-                note.pop();
-            }
-            Control::TestResult { what, skipped: true, bytes: 0, micros: 0, note }
-        }
+        Outcome::Cpu { millicores, carry_cpu, how } => Control::TestResult { what, skipped: false, bytes: *millicores, micros: carry_cpu.as_micros() as u64, note: bounded(how) },
+        Outcome::Skipped(why) => Control::TestResult { what, skipped: true, bytes: 0, micros: 0, note: bounded(why) },
     }
 }
 
