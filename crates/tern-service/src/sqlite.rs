@@ -15,7 +15,12 @@ use crate::store::{JobStore, NewToken, StoreError, StoreResult};
 
 /// Applied in order; `PRAGMA user_version` records how many ran. Never edit a shipped one: add
 /// the next file instead.
-const MIGRATIONS: &[&str] = &[include_str!("../migrations/sqlite/0001_init.sql"), include_str!("../migrations/sqlite/0002_fair_share.sql"), include_str!("../migrations/sqlite/0003_run_as.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/sqlite/0001_init.sql"),
+    include_str!("../migrations/sqlite/0002_fair_share.sql"),
+    include_str!("../migrations/sqlite/0003_run_as.sql"),
+    include_str!("../migrations/sqlite/0005_cluster.sql"),
+];
 
 const JOB_COLUMNS: &str = "id, state, spec, owner, created_at, updated_at, started_at, finished_at, not_before, attempts, retries, progress, summary, error, notified";
 const TOKEN_COLUMNS: &str = "id, name, scope, path_prefix, created_by, created_at, expires_at, revoked_at, last_used_at, run_as";
