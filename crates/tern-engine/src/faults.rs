@@ -19,6 +19,7 @@
 //!   takes every free descriptor and gives them back MS later (a limit met mid-run).
 //! * `TERN_DEBUG_FEATURES=N` — advertise these Hello feature bits instead of ours (tests act
 //!   as an older peer that lacks a feature).
+//! * `TERN_DEBUG_VERSION=V` — a cluster node says it runs tern V (tests of a mixed cluster).
 
 #[cfg(feature = "test-hooks")]
 use std::sync::OnceLock;
@@ -34,6 +35,7 @@ pub struct Faults {
     pub no_hash: bool,
     pub no_write_behind: bool,
     pub features: Option<u64>,
+    pub version: Option<String>,
     exhaust: Option<(u64, u64)>,
     prepared: AtomicU64,
 }
@@ -50,6 +52,7 @@ pub fn faults() -> &'static Faults {
         no_hash: false,
         no_write_behind: false,
         features: None,
+        version: None,
         exhaust: None,
         prepared: AtomicU64::new(0),
     };
@@ -72,6 +75,7 @@ pub fn faults() -> &'static Faults {
         no_hash: std::env::var("TERN_DEBUG_NO_HASH").is_ok_and(|v| v == "1"),
         no_write_behind: std::env::var("TERN_DEBUG_NO_WRITE_BEHIND").is_ok_and(|v| v == "1"),
         features: std::env::var("TERN_DEBUG_FEATURES").ok().and_then(|v| v.parse().ok()),
+        version: std::env::var("TERN_DEBUG_VERSION").ok(),
         exhaust: std::env::var("TERN_FAULT_EXHAUST_FDS").ok().and_then(|v| {
             let (n, ms) = v.split_once(':')?;
             Some((n.parse().ok()?, ms.parse().ok()?))

@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod client;
+pub mod cluster;
 pub mod confine;
 pub mod dashboard;
 pub mod mail;

@@ -27,6 +27,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0002_fair_share.sql"),
     include_str!("../migrations/postgres/0003_run_as.sql"),
     include_str!("../migrations/postgres/0004_path_tests.sql"),
+    include_str!("../migrations/postgres/0005_cluster.sql"),
 ];
 
 /// Serialises migrations of several services starting against one database.
@@ -45,7 +46,7 @@ pub struct PgStore {
 }
 
 /// One line naming the server and what to do; the password never appears.
-fn pg_err(what: &str, e: postgres::Error) -> StoreError {
+pub(crate) fn pg_err(what: &str, e: postgres::Error) -> StoreError {
     let msg = match e.as_db_error() {
         Some(d) => d.message().to_string(),
         None => {
@@ -78,20 +79,7 @@ impl PgStore {
     /// Connects to `url` (`postgres://user[:password]@host[:port]/db` or key=value form) and
     /// brings the schema up to date.
     pub fn open(url: &str) -> StoreResult<Self> {
-        let mut config: postgres::Config = url.parse().map_err(|e| StoreError::Db(format!("--db: not a PostgreSQL URL ({e}); expected postgres://USER@HOST[:PORT]/DB")))?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(Duration::from_secs(10));
-        }
-        config.application_name("tern-service");
-        let hosts: Vec<String> = config
-            .get_hosts()
-            .iter()
-            .map(|h| match h {
-                postgres::config::Host::Tcp(s) => s.clone(),
-                postgres::config::Host::Unix(p) => p.display().to_string(),
-            })
-            .collect();
-        let what = format!("at {} (database {})", if hosts.is_empty() { "localhost".into() } else { hosts.join(",") }, config.get_dbname().unwrap_or("default"));
+        let (config, what) = parse_url(url, "tern-service")?;
         let store = Self { config, what, conn: Mutex::new(None) };
         store.with(migrate)??;
         Ok(store)
@@ -120,7 +108,27 @@ impl PgStore {
     }
 }
 
-fn migrate(c: &mut Client) -> Result<StoreResult<()>, postgres::Error> {
+/// `url` as a connection config (10 s connect timeout unless it names one) and, for messages,
+/// where it points: host and database, never the password.
+pub(crate) fn parse_url(url: &str, application: &str) -> StoreResult<(postgres::Config, String)> {
+    let mut config: postgres::Config = url.parse().map_err(|e| StoreError::Db(format!("--db: not a PostgreSQL URL ({e}); expected postgres://USER@HOST[:PORT]/DB")))?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(Duration::from_secs(10));
+    }
+    config.application_name(application);
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .map(|h| match h {
+            postgres::config::Host::Tcp(s) => s.clone(),
+            postgres::config::Host::Unix(p) => p.display().to_string(),
+        })
+        .collect();
+    let what = format!("at {} (database {})", if hosts.is_empty() { "localhost".into() } else { hosts.join(",") }, config.get_dbname().unwrap_or("default"));
+    Ok((config, what))
+}
+
+pub(crate) fn migrate(c: &mut Client) -> Result<StoreResult<()>, postgres::Error> {
     let mut tx = c.transaction()?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
     tx.batch_execute("CREATE TABLE IF NOT EXISTS tern_schema (version BIGINT NOT NULL)")?;

@@ -51,6 +51,9 @@ pub(crate) enum Command {
     /// with one stream and with tern's count, destination writers, source readers, hashing and
     /// encryption per core on each side; then the verdict and the rate to expect.
     Test(crate::path_test::TestArgs),
+    /// A cluster of data transfer nodes (`tern serve --cluster`): status, drain.
+    #[command(subcommand)]
+    Cluster(crate::cluster_cli::ClusterCommand),
     /// Print a shell completion script: bash, zsh, fish, elvish or powershell (see README, Install).
     Completions {
         #[arg(value_enum)]

@@ -3,6 +3,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)] // the binary talks to people
 
 mod args;
+mod cluster_cli;
 mod doctor;
 mod filter_args;
 mod fs_cli;

@@ -26,6 +26,7 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode> {
         Command::Doctor(a) => crate::doctor::run(a),
         Command::Plan(a) => crate::plan::run(a),
         Command::Test(a) => crate::path_test::run(a),
+        Command::Cluster(c) => crate::cluster_cli::run(c),
         Command::Ls(a) => crate::fs_cli::ls(a),
         Command::Stat(a) => crate::fs_cli::stat(a),
         Command::Mkdir(a) => crate::fs_cli::mkdir(a),

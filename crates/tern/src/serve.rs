@@ -27,8 +27,26 @@ pub(crate) fn serve(a: ServeArgs) -> Result<ExitCode> {
     }
     let secret = load_or_create_token(&a.token_file)?;
     let listener = TcpListener::bind(&a.listen).with_context(|| format!("cannot listen on {}", a.listen))?;
+    let dirs: Vec<PathBuf> = roots.iter().map(|(_, d)| d.clone()).collect();
+    // Before the listening line: a refused node says one line and serves nothing.
+    let member = crate::service_cli::join_cluster(&a.service, &dirs, &secret, &listener.local_addr()?.to_string())?;
+    if let Some(member) = member {
+        // A clean stop leaves the cluster at once; kill -9 shows as unreachable after 3 heartbeats.
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+            signal_hook::flag::register(sig, stop.clone())?;
+        }
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            member.leave();
+            eprintln!("tern serve: left the cluster; stopping");
+            std::process::exit(0);
+        });
+    }
     eprintln!("tern serve: listening on {} for {}", listener.local_addr()?, roots.iter().map(|(n, d)| format!("/{n} = {}", d.display())).collect::<Vec<_>>().join(", "));
-    crate::service_cli::start(&a.service, &roots.iter().map(|(_, d)| d.clone()).collect::<Vec<_>>())?;
+    crate::service_cli::start(&a.service, &dirs)?;
     if !(a.auth_timeout > 0.0 && a.auth_timeout <= 3600.0) {
         bail!("--auth-timeout {}: give seconds between 0 and 3600", a.auth_timeout);
     }

@@ -66,6 +66,42 @@ pub(crate) struct ServeService {
     /// The key of --tls-cert (PEM).
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// Join this daemon to cluster NAME: the data transfer nodes of a site that share --db (a
+    /// PostgreSQL server), the same --root paths on one file system, one tern version and one
+    /// token file (docs/cluster.md). Refused in one line when this node does not match.
+    #[arg(long, value_name = "NAME", requires = "db")]
+    cluster: Option<String>,
+    /// This node's name in the cluster [default: the host name].
+    #[arg(long, value_name = "NAME", requires = "cluster")]
+    node_name: Option<String>,
+    /// Milliseconds between a cluster node's heartbeats (3 missed: unreachable).
+    #[arg(long, default_value = "5000", hide = true)]
+    cluster_heartbeat_ms: u64,
+}
+
+/// Joins `--cluster` if given: the membership, which heartbeats until `leave`.
+pub(crate) fn join_cluster(a: &ServeService, roots: &[PathBuf], secret: &[u8], listen: &str) -> Result<Option<tern_service::cluster::Member>> {
+    let Some(cluster) = &a.cluster else { return Ok(None) };
+    let db = a.db.as_deref().unwrap_or_default();
+    if !(db.starts_with("postgres://") || db.starts_with("postgresql://") || db.contains("host=")) {
+        bail!("--cluster {cluster}: the nodes of a cluster share one PostgreSQL database; pass --db postgres://USER@HOST[:PORT]/DB");
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "localhost".into());
+    let version = tern_engine::faults::faults().version.clone().unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_string());
+    let spec = tern_service::cluster::NodeSpec {
+        cluster: cluster.clone(),
+        node: a.node_name.clone().unwrap_or_else(|| host.clone()),
+        host,
+        version,
+        roots: roots.to_vec(),
+        secret: secret.to_vec(),
+        listen: listen.to_string(),
+        heartbeat: Duration::from_millis(a.cluster_heartbeat_ms.max(100)),
+    };
+    let node = spec.node.clone();
+    let member = tern_service::cluster::join(db, spec).map_err(|e| anyhow!("{e}"))?;
+    eprintln!("tern serve: node {node} joined cluster {cluster}");
+    Ok(Some(member))
 }
 
 /// Starts the service thread if `--http-listen` was given; otherwise does nothing at all.
