@@ -14,6 +14,8 @@
 #              CPU_QUOTA cores (default 0.1, in 20 ms periods)   independent: a real `tern cp`
 #              of 1 GiB from memory to the same daemon right after, timed; and the cipher alone
 #              (openssl speed -elapsed -evp aes-256-gcm) in the same cgroup
+#     loss     68 ms, 1 Gb/s, random loss 1e-3 each way, reno       independent: the delay line's
+#              own count of the packets it dropped (tern test's share of segments re-sent)
 # The daemon runs in tern-b's network namespace only (nsenter --net), not `ip netns exec`,
 # whose fresh /sys hides the cgroup mounts its quota is read from.
 # Needs root, bench/install-peers.sh (iperf3), python3-fusepy + libfuse2 (apt; for the disk
@@ -25,7 +27,7 @@ TERN_BIN=$(realpath "${TERN_BIN:-target/release/tern}")
 CPU_QUOTA=${CPU_QUOTA:-0.1}
 SECONDS_PER_TEST=${SECONDS_PER_TEST:-40}
 cases=("$@")
-((${#cases[@]})) || cases=(buffers cap300 dstdisk srcdisk cpu)
+((${#cases[@]})) || cases=(buffers cap300 dstdisk srcdisk cpu loss)
 work=$(mktemp -d /dev/shm/tern-diag.XXXXXX)
 cg=/sys/fs/cgroup/cpu/tern-diag-$$
 pids=()
@@ -97,6 +99,8 @@ for c in "${cases[@]}"; do
       echo 8192 >"$cg/cpu.shares"   # its quota, even while builds share the machine
       serve_prefix=(sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cg")
       what="0.2 ms, no link cap; the daemon (receiving) in a cgroup v1 CPU quota of $CPU_QUOTA cores (cpu.cfs_quota_us $(<"$cg/cpu.cfs_quota_us") / cpu.cfs_period_us 20000)" ;;
+    loss) bench/netns.sh up olcf-nersc --loss 0.001 --cc reno >/dev/null
+      what="68 ms, 1 Gb/s, random loss 1e-3 in each direction (the delay line), reno on both hosts" ;;
     *) echo "diag.sh: unknown case $c" >&2; exit 2 ;;
   esac
   b iperf3 -s -p 5299 >/dev/null 2>&1 & pids+=($!)
@@ -104,8 +108,11 @@ for c in "${cases[@]}"; do
   sleep 2
   one=$(a iperf3 -c 198.18.0.2 -p 5299 -P 1 -t 10 -J | gbps)
   eight=$(a iperf3 -c 198.18.0.2 -p 5299 -P 8 -t 10 -J | gbps)
+  # The delay line's own counters around the test: what the link really dropped (loss case).
+  bench/netns.sh stats >"$work/stats0.json" 2>/dev/null || true
   t0=$(date +%s.%N)
   a env TERN_HISTORY=off "$TERN_BIN" test --seconds "$SECONDS_PER_TEST" --json "${extra[@]}" --token-file "$work/token" "$dest" >"$work/test.json"
+  bench/netns.sh stats >"$work/stats1.json" 2>/dev/null || true
   took=$(python3 -c "import time; print(round(time.time() - $t0, 1))")
   # The independent measurement, right after (the same load on the machine).
   case $c in
@@ -131,6 +138,20 @@ for c in "${cases[@]}"; do
         | awk '/^(AES-256-GCM|aes-256-gcm)/ { v = $NF; sub(/k$/, "", v); printf "%.3f", v * 1000 * 8 / 1e9 }')
       seal_x_cores=$(python3 -c 'import json,sys; v=json.load(open(sys.argv[1]))["cpu"]["remote"]; print(round(v["seal_gbps"] * v["cores"], 3))' "$work/test.json")
       ours=$(python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["network"]["many_gbps"], 4))' "$work/test.json") ;;
+    loss)
+      # Packets the link dropped (random loss, queue, ring) among those sent from tern-a to tern-b
+      # during the whole test, against the share of segments tern's sending TCP re-sent.
+      indep=$(python3 - "$work/stats0.json" "$work/stats1.json" <<'PY'
+import json, sys
+d0, d1 = (json.load(open(f))["directions"] for f in sys.argv[1:3])
+k = next(k for k in d1 if k.startswith("a"))
+delta = lambda f: d1[k][f] - d0[k][f]
+dropped = sum(delta(f) for f in ("drop_loss", "drop_queue", "drop_ring", "drop_write"))
+print(round(dropped * 100 / max(delta("rx_pkts"), 1), 4))
+PY
+)
+      indep_what="the delay line's drops among the packets tern-a sent during the test (bench/netns.sh stats)"
+      ours=$(python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["network"]["retransmitted_pct"], 4))' "$work/test.json") ;;
     *) indep=$eight
       indep_what="iperf3 -P 8, 10 s"
       ours=$(python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["network"]["many_gbps"], 4))' "$work/test.json") ;;
@@ -147,7 +168,11 @@ for c in "${cases[@]}"; do
     echo "| iperf3 (-P 1, -P 8, 10 s) | $one Gb/s | $eight Gb/s | |"
     echo "| tern test (--json run) | $t1 Gb/s | $tn Gb/s | $limit |"
     echo
+    if [[ $c == loss ]]; then
+      echo "Loss: tern test re-sent $ours % of its segments; the link dropped $indep % of the packets sent ($indep_what): ratio $(python3 -c "print(round($ours/$indep,3))")"
+    else
     echo "Limiting component: tern test $ours Gb/s ($(python3 -c "print(round($ours*1e3/8,1))") MB/s) vs independent $indep Gb/s ($(python3 -c "print(round($indep*1e3/8,1))") MB/s; $indep_what): ratio $(python3 -c "print(round($ours/$indep,3))")"
+    fi
     echo
     if [[ $c == cpu ]]; then
       echo "Sealing under the quota: tern test's seal per core × usable cores $seal_x_cores Gb/s vs \`openssl speed -elapsed -evp aes-256-gcm -bytes 1048576\` in the same cgroup $ossl Gb/s: ratio $(python3 -c "print(round($seal_x_cores/$ossl,3))")"

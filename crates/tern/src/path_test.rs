@@ -102,7 +102,28 @@ pub(crate) struct Measures {
     /// tcp_wmem max for a push, the receiver's tcp_rmem max for a pull.
     pub sock_max: Option<u64>,
     pub pull: bool,
+    /// This side's TCP counters over the many-stream carry (a push; in a pull the far side sends).
+    pub loss: Option<Loss>,
 }
+
+/// Segments sent, re-sent and reorderings seen by the sending side's TCP.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub(crate) struct Loss {
+    pub segments: u64,
+    pub retransmitted: u64,
+    pub reorderings: u64,
+}
+
+impl Loss {
+    /// Re-sent segments as a percentage of those sent.
+    pub(crate) fn pct(&self) -> f64 {
+        if self.segments == 0 { 0.0 } else { self.retransmitted as f64 * 100.0 / self.segments as f64 }
+    }
+}
+
+/// Re-sending this share of segments (%) is loss worth naming: on a long path TCP's rate falls
+/// with the square root of the loss rate, so even 0.1 % costs a cubic or reno stream most of it.
+const LOSSY_PCT: f64 = 0.1;
 
 #[derive(Clone, Debug, Serialize)]
 pub(crate) struct Verdict {
@@ -266,6 +287,14 @@ pub(crate) fn verdict(m: &Measures) -> Verdict {
             } else if m.net_one * 1.5 >= m.net_many {
                 fix = Some("one stream already fills the path: the link (or what shares it) is the limit".into());
             }
+            if let Some(l) = m.loss.filter(|l| l.pct() >= LOSSY_PCT) {
+                line += &format!("; the path loses packets: {:.2} % of segments were re-sent ({} of {})", l.pct(), l.retransmitted, l.segments);
+                if !fix.as_deref().is_some_and(|f| f.starts_with("raise the socket-buffer")) {
+                    fix = Some(format!(
+                        "loss, not capacity, holds each stream: look for errors along the path (ip -s link on both hosts, the switches' counters) and use BBR, which keeps its rate under random loss (sysctl -w net.ipv4.tcp_congestion_control=bbr); tern uses {n} streams"
+                    ));
+                }
+            }
             (line, fix)
         }
     };
@@ -349,6 +378,7 @@ pub(crate) fn run(a: TestArgs) -> Result<ExitCode> {
         far_busy: far_cpu.as_ref().map(|c| c.busy),
         sock_max: if a.pull { facts.tcp_rmem_max } else { facts.tcp_wmem_max },
         pull: a.pull,
+        loss: report.sent.map(|c| Loss { segments: c.data_segs_out, retransmitted: c.retrans_segs, reorderings: c.reord_seen }),
     };
     let v = verdict(&m);
     let direction = if a.pull { "pull" } else { "push" };
@@ -371,7 +401,11 @@ pub(crate) fn run(a: TestArgs) -> Result<ExitCode> {
                 "encrypt": plan.encrypt,
                 "streams": n,
                 "rtt_ms": { "min": rtt_ms.first(), "median": m.rtt_ms, "samples": rtt_ms },
-                "network": { "one_gbps": m.net_one, "many_gbps": m.net_many, "streams": n },
+                "network": {
+                    "one_gbps": m.net_one, "many_gbps": m.net_many, "streams": n,
+                    "segments": m.loss.map(|l| l.segments), "retransmitted": m.loss.map(|l| l.retransmitted),
+                    "retransmitted_pct": m.loss.map(|l| l.pct()), "reorderings": m.loss.map(|l| l.reorderings),
+                },
                 "destination": destination,
                 "source": source,
                 "cpu": {
@@ -387,6 +421,10 @@ pub(crate) fn run(a: TestArgs) -> Result<ExitCode> {
     println!("tern test {dest}: {} ({direction}, {}, {} s per step)", report.peer, if plan.encrypt { "encrypted" } else { "--no-encrypt" }, step.as_secs_f64());
     println!("round trip   min {:.3} ms, median {:.3} ms (TCP connects to the data port)", rtt_ms.first().copied().unwrap_or(0.0), m.rtt_ms.unwrap_or(0.0));
     println!("network      1 stream {}, {n} streams {} (memory→memory, framed, hashed and sealed as a transfer)", gb(m.net_one), gb(m.net_many));
+    match m.loss {
+        Some(l) => println!("loss         {:.3} % of {} segments re-sent, {} reorderings (this side's TCP, {n}-stream step)", l.pct(), l.segments, l.reorderings),
+        None => println!("loss         not measured: the sending side counts it (run without --pull)"),
+    }
     match &w1_skip {
         None => println!(
             "destination  1 writer {} ({}), {n} writers {} ({}) (scratch file, fdatasync included)",
@@ -548,6 +586,26 @@ mod tests {
             far_busy: None,
             sock_max: Some(128 << 20),
             pull: false,
+            loss: Some(Loss { segments: 1_000_000, retransmitted: 0, reorderings: 0 }),
+        }
+    }
+
+    #[test]
+    fn a_lossy_path_is_named_with_its_share_of_re_sent_segments() {
+        // 68 ms, big buffers, one stream far below eight: loss, not buffers, holds each stream.
+        let lossy = Loss { segments: 200_000, retransmitted: 400, reorderings: 3 };
+        let m = Measures { rtt_ms: Some(68.0), net_one: 0.05, net_many: 0.35, loss: Some(lossy), ..fast() };
+        let v = verdict(&m);
+        assert_eq!(v.limit, "network", "{v:?}");
+        assert!(v.line.contains("0.20 % of segments were re-sent (400 of 200000)"), "{}", v.line);
+        assert!(v.fix.as_deref().unwrap().contains("use BBR"), "{v:?}");
+        // Small buffers as well: the buffer fix stays first, the loss is still said.
+        let v = verdict(&Measures { sock_max: Some(1 << 20), ..m.clone() });
+        assert!(v.fix.as_deref().unwrap().starts_with("raise the socket-buffer") && v.line.contains("re-sent"), "{v:?}");
+        // A clean path says nothing of loss; 0.05 % is below what is worth naming.
+        for retransmitted in [0, 100] {
+            let v = verdict(&Measures { loss: Some(Loss { retransmitted, ..lossy }), ..m.clone() });
+            assert!(!v.line.contains("re-sent"), "{v:?}");
         }
     }
 

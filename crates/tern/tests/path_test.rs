@@ -63,6 +63,14 @@ fn assert_complete(v: &serde_json::Value, write: bool) {
         positive(v, "destination.one_gbps");
         positive(v, "destination.many_gbps");
     }
+    // Loss is counted where data is sent: this side in a push, nobody's in a pull.
+    if v["direction"] == "push" {
+        positive(v, "network.segments");
+        let (sent, resent) = (v["network"]["segments"].as_u64().unwrap(), v["network"]["retransmitted"].as_u64().unwrap());
+        assert!(resent <= sent && v["network"]["retransmitted_pct"].as_f64().unwrap() <= 100.0, "{v}");
+    } else {
+        assert!(v["network"]["segments"].is_null(), "{v}");
+    }
     let limit = v["verdict"]["limit"].as_str().unwrap();
     assert!(["network", "cpu", "destination", "source"].contains(&limit), "{v}");
     assert!(!v["verdict"]["line"].as_str().unwrap().is_empty());
@@ -118,7 +126,7 @@ fn a_local_path_is_a_loopback_self_test_with_a_real_source_file() {
     let o = run(&["test", "--seconds", "5", t.path().to_str().unwrap()]);
     assert!(o.status.success(), "{}", err(&o));
     let text = String::from_utf8_lossy(&o.stdout);
-    for head in ["round trip", "network", "destination", "source", "cpu here", "cpu there", "verdict", "expected"] {
+    for head in ["round trip", "network", "loss", "destination", "source", "cpu here", "cpu there", "verdict", "expected"] {
         assert!(text.lines().any(|l| l.starts_with(head)), "no {head} line in\n{text}");
     }
     assert!(text.contains("caches likely warm"), "a scratch source says so:\n{text}");

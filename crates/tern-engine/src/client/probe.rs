@@ -16,7 +16,7 @@ use crate::endpoint::Endpoint;
 use crate::error::{Side, TransferError, err_text};
 use crate::net::control::{CtrlReader, CtrlWriter};
 use crate::net::datastream::{DataConn, StreamAuth};
-use crate::net::probe::{Connected, Lane, blast_all, drain, window};
+use crate::net::probe::{Connected, Lane, blast_all, counters, drain, window};
 use crate::probe::{Outcome, Rate};
 use crate::progress::Progress;
 
@@ -52,6 +52,9 @@ pub struct PathReport {
     pub seal: Rate,
     /// The far side's CPU (a server with `FEATURE_TEST_CPU`; none from an older one).
     pub far_cpu: Option<FarCpu>,
+    /// What this side's sockets counted during the many-stream carry: segments sent,
+    /// retransmitted, reorderings seen. A push only (in a pull the far side sends).
+    pub sent: Option<crate::net::transport::TcpCounters>,
 }
 
 /// What the far side's process may use and used (`TestWhat::Cpu`).
@@ -263,7 +266,7 @@ pub fn run(spec: &ClientSpec, dest: &Endpoint, plan: &Plan, local: Option<Connec
             lanes.push(Lane::new(c));
         }
     }
-    let mut carry = |k: u16, far: &mut Far| -> Result<Rate, TransferError> {
+    let carry = |k: u16, far: &mut Far, lanes: &mut [Lane]| -> Result<Rate, TransferError> {
         far.writer.send(&Control::TestStep { what: TestWhat::Carry, count: k, millis: step_ms })?;
         if plan.pull {
             let (ours, _) = window(&arrived, Instant::now(), step_ms);
@@ -280,8 +283,11 @@ pub fn run(spec: &ClientSpec, dest: &Endpoint, plan: &Plan, local: Option<Connec
             r.map(measured)
         })
     };
-    let carry_one = carry(1, &mut far)?;
-    let carry_many = carry(streams, &mut far)?;
+    let carry_one = carry(1, &mut far, &mut lanes)?;
+    // Pull: no lanes here (the far side sends); its counters are its own.
+    let before = lanes.get(..streams as usize).and_then(counters);
+    let carry_many = carry(streams, &mut far, &mut lanes)?;
+    let sent = before.and_then(|b| lanes.get(..streams as usize).and_then(counters).map(|a| a.since(b)));
     // The far side's usable cores and what the many-stream carry kept busy there; the window
     // its CPU time was taken over: the carry's own (push), the step (pull).
     let far_cpu = if far.features & FEATURE_TEST_CPU != 0 {
@@ -314,5 +320,5 @@ pub fn run(spec: &ClientSpec, dest: &Endpoint, plan: &Plan, local: Option<Connec
     for d in drains {
         let _ = d.join();
     }
-    Ok(PathReport { peer, rtt, streams, carry_one, carry_many, write_one, write_many, hash, seal, far_cpu })
+    Ok(PathReport { peer, rtt, streams, carry_one, carry_many, write_one, write_many, hash, seal, far_cpu, sent })
 }

@@ -199,6 +199,40 @@ pub fn delivered_bytes(sock: &TcpStream) -> Option<u64> {
     (rc == 0).then(|| info.tcpi_bytes_acked + info.tcpi_bytes_received)
 }
 
+/// A sending socket's kernel counters (`TCP_INFO`): data segments sent, segments retransmitted,
+/// and reorderings the sender detected. Over a window (`since`), retransmitted / sent is the
+/// path's loss as TCP met it (with spurious retransmits, which reordering causes, counted in).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcpCounters {
+    pub data_segs_out: u64,
+    pub retrans_segs: u64,
+    pub reord_seen: u64,
+}
+
+impl TcpCounters {
+    /// What happened between `before` and now (counters only grow; a wrap reads as zero).
+    pub fn since(self, before: TcpCounters) -> TcpCounters {
+        TcpCounters {
+            data_segs_out: self.data_segs_out.saturating_sub(before.data_segs_out),
+            retrans_segs: self.retrans_segs.saturating_sub(before.retrans_segs),
+            reord_seen: self.reord_seen.saturating_sub(before.reord_seen),
+        }
+    }
+    pub fn add(self, o: TcpCounters) -> TcpCounters {
+        TcpCounters { data_segs_out: self.data_segs_out + o.data_segs_out, retrans_segs: self.retrans_segs + o.retrans_segs, reord_seen: self.reord_seen + o.reord_seen }
+    }
+}
+
+/// `sock`'s `TcpCounters`; None where the kernel does not say.
+pub fn tcp_counters(sock: &TcpStream) -> Option<TcpCounters> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: getsockopt fills at most `len` bytes of the zeroed struct it is given.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    let rc = unsafe { libc::getsockopt(sock.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, (&mut info as *mut libc::tcp_info).cast(), &mut len) };
+    (rc == 0).then(|| TcpCounters { data_segs_out: info.tcpi_data_segs_out.into(), retrans_segs: info.tcpi_total_retrans.into(), reord_seen: info.tcpi_reord_seen.into() })
+}
+
 /// The two halves of a control channel, usable from two threads at once.
 pub struct ControlHalves {
     pub reader: Box<dyn Read + Send>,
