@@ -1,6 +1,8 @@
 //! Every finished transfer leaves one line in a local history (JSON lines): the pair of
 //! endpoints, bytes moved, files, seconds, streams, and what the model predicted before it ran.
-//! `tern plan` fits its model from it and shows how good the predictions were.
+//! `tern plan` fits its model from it and shows how good the predictions were. A `tern test`
+//! leaves one too (`expected_gbps`, no transfer fields), so a later large transfer of the pair
+//! is compared with what the test expected (`test_expected_gbps`).
 //!
 //! Where: `$TERN_HISTORY` (a file; `off` turns recording off), else
 //! `$XDG_STATE_HOME/tern/history.jsonl`, else `~/.local/state/tern/history.jsonl`. Bounded: past
@@ -32,6 +34,19 @@ pub(crate) struct Record {
     /// What the model fitted from the earlier records said, if it had enough of them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) predicted: Option<f64>,
+    /// A path test's line: the rate it expected for transfers of this pair (nothing moved).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) expected_gbps: Option<f64>,
+    /// A transfer's line: what the pair's newest path test expected, when there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) test_expected_gbps: Option<f64>,
+}
+
+impl Record {
+    /// A transfer's line (not a path test's).
+    pub(crate) fn is_transfer(&self) -> bool {
+        self.expected_gbps.is_none()
+    }
 }
 
 pub(crate) fn path() -> Option<PathBuf> {
@@ -115,7 +130,7 @@ mod tests {
     fn a_growing_history_keeps_its_newest_half() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("h.jsonl");
-        let r = |i: u64| Record { time: i, pair: "local -> local".into(), bytes: i, files: 1, seconds: 1.0, streams: 1, predicted: None };
+        let r = |i: u64| Record { time: i, pair: "local -> local".into(), bytes: i, files: 1, seconds: 1.0, streams: 1, predicted: None, expected_gbps: None, test_expected_gbps: None };
         let mut i = 0;
         while fs::metadata(&p).map(|m| m.len()).unwrap_or(0) <= MAX_BYTES - 200 {
             try_append(&p, &r(i)).unwrap();

@@ -148,7 +148,7 @@ pub(crate) fn typical_error(samples: &[(u64, u64, f64)]) -> Option<f64> {
 }
 
 fn samples_of(records: &[Record], pair: &str) -> Vec<(u64, u64, f64)> {
-    let mine: Vec<_> = records.iter().filter(|r| r.pair == pair).collect();
+    let mine: Vec<_> = records.iter().filter(|r| r.pair == pair && r.is_transfer()).collect();
     mine[mine.len().saturating_sub(FIT_WINDOW)..].iter().map(|r| (r.bytes, r.files, r.seconds)).collect()
 }
 
@@ -167,19 +167,48 @@ pub(crate) fn learned_streams(pair: &str) -> Option<u16> {
 }
 
 fn learned_streams_in(records: &[Record], pair: &str) -> Option<u16> {
-    let r = records.iter().rev().find(|r| r.pair == pair && r.bytes >= RAMPED_BYTES)?;
+    let r = records.iter().rev().find(|r| r.pair == pair && r.is_transfer() && r.bytes >= RAMPED_BYTES)?;
     u16::try_from(r.streams).ok().filter(|&s| s > 0).map(|s| s.min(32))
 }
 
-/// Records a finished transfer with what the history predicted for it.
-pub(crate) fn record(source: &Endpoint, dest: &Endpoint, bytes: u64, files: u64, seconds: f64, streams: u64) {
+/// A path test's expectation stays the one to compare with for this long.
+const TEST_FRESH_S: u64 = 30 * 24 * 3600;
+/// Transfers this large are compared with it: start-up is then a small part of their time.
+const COMPARED_BYTES: u64 = 256 << 20;
+
+fn now_s() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// Records a finished transfer with what the history predicted for it. For a transfer of at
+/// least `COMPARED_BYTES`, returns the pair's newest path test's expectation (within 30 days)
+/// to compare the achieved rate with.
+pub(crate) fn record(source: &Endpoint, dest: &Endpoint, bytes: u64, files: u64, seconds: f64, streams: u64) -> Option<f64> {
     if history::path().is_none() || seconds <= 0.0 || (bytes == 0 && files == 0) {
+        return None;
+    }
+    let pair = history::pair_key(source, dest);
+    let records = history::load();
+    let predicted = predict_from_history(&records, &pair, bytes, files);
+    let time = now_s();
+    let test_expected_gbps = tested_in(&records, &pair, time).filter(|_| bytes >= COMPARED_BYTES);
+    history::append(&Record { time, pair, bytes, files, seconds, streams, predicted, expected_gbps: None, test_expected_gbps });
+    test_expected_gbps
+}
+
+/// The newest path test's expected rate for `pair`, if it is younger than `TEST_FRESH_S`.
+fn tested_in(records: &[Record], pair: &str, now: u64) -> Option<f64> {
+    let t = records.iter().rev().find(|r| r.pair == pair && !r.is_transfer())?;
+    t.expected_gbps.filter(|_| now.saturating_sub(t.time) <= TEST_FRESH_S)
+}
+
+/// Records what a path test expected for transfers from `source` to `dest`.
+pub(crate) fn record_test(source: &Endpoint, dest: &Endpoint, expected_gbps: f64, streams: u64) {
+    if history::path().is_none() || !(expected_gbps > 0.0) {
         return;
     }
     let pair = history::pair_key(source, dest);
-    let predicted = predict_from_history(&history::load(), &pair, bytes, files);
-    let time = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    history::append(&Record { time, pair, bytes, files, seconds, streams, predicted });
+    history::append(&Record { time: now_s(), pair, bytes: 0, files: 0, seconds: 0.0, streams, predicted: None, expected_gbps: Some(expected_gbps), test_expected_gbps: None });
 }
 
 #[derive(Serialize)]
@@ -297,7 +326,7 @@ fn show_history(a: &PlanArgs) -> Result<ExitCode> {
         [.., dst] => Some(Endpoint::parse(dst).map_err(anyhow::Error::msg)?),
     };
     let only = |r: &&Record| pair.as_ref().is_none_or(|d| r.pair.ends_with(&format!("-> {}", history::endpoint_key(d))));
-    let shown: Vec<&Record> = records.iter().filter(only).collect();
+    let shown: Vec<&Record> = records.iter().filter(only).filter(|r| r.is_transfer()).collect();
     let errors: Vec<f64> = shown.iter().filter_map(|r| r.predicted.map(|p| (p - r.seconds).abs() / r.seconds)).collect();
     let mut sorted = errors.clone();
     sorted.sort_by(f64::total_cmp);
@@ -307,11 +336,13 @@ fn show_history(a: &PlanArgs) -> Result<ExitCode> {
         println!("{}", serde_json::json!({"records": shown, "predicted": errors.len(), "median_error": median, "within_20_percent": within_20}));
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{:<21} {:<36} {:>10} {:>9} {:>9} {:>9} {:>7}", "when (UTC)", "pair", "bytes", "files", "actual s", "predict", "error");
+    println!("{:<21} {:<36} {:>10} {:>9} {:>9} {:>9} {:>7} {:>14}", "when (UTC)", "pair", "bytes", "files", "actual s", "predict", "error", "Gb/s vs test");
     for r in &shown {
         let when = tern_service::model::rfc3339(r.time as i64);
         let (p, e) = r.predicted.map_or(("—".into(), "—".into()), |p| (format!("{p:.2}"), format!("{:+.0} %", 100.0 * (p - r.seconds) / r.seconds)));
-        println!("{when:<21} {:<36} {:>10} {:>9} {:>9.2} {p:>9} {e:>7}", r.pair, units::size(r.bytes), r.files, r.seconds);
+        let rate = r.bytes as f64 * 8.0 / r.seconds / 1e9;
+        let test = r.test_expected_gbps.map_or("—".into(), |t| format!("{rate:.2} / {t:.2}"));
+        println!("{when:<21} {:<36} {:>10} {:>9} {:>9.2} {p:>9} {e:>7} {test:>14}", r.pair, units::size(r.bytes), r.files, r.seconds);
     }
     if let Some(m) = median {
         println!("{} predicted: median error {:.0} %, {within_20} within 20 %", errors.len(), 100.0 * m);
@@ -326,6 +357,20 @@ mod tests {
     /// A made-up path: 1.5 s to start, 0.9 Gb/s, 4 ms per file.
     fn truth(bytes: u64, files: u64) -> f64 {
         1.5 + bytes as f64 * 8.0 / 0.9e9 + files as f64 * 0.004
+    }
+
+    #[test]
+    fn a_transfer_is_compared_with_the_pair_s_newest_fresh_test_and_tests_teach_no_model() {
+        let transfer = |pair: &str, time: u64| Record { time, pair: pair.into(), bytes: 1 << 30, files: 1, seconds: 2.0, streams: 4, predicted: None, expected_gbps: None, test_expected_gbps: None };
+        let test = |pair: &str, time: u64, g: f64| Record { time, pair: pair.into(), bytes: 0, files: 0, seconds: 0.0, streams: 8, predicted: None, expected_gbps: Some(g), test_expected_gbps: None };
+        let day = 24 * 3600;
+        let h = vec![test("local -> tern://a:7788", 0, 1.0), transfer("local -> tern://a:7788", day), test("local -> tern://a:7788", 2 * day, 2.5), test("local -> ssh:b", 2 * day, 9.0)];
+        assert_eq!(tested_in(&h, "local -> tern://a:7788", 3 * day), Some(2.5), "the newest test of that pair");
+        assert_eq!(tested_in(&h, "local -> tern://a:7788", 2 * day + TEST_FRESH_S + 1), None, "too old");
+        assert_eq!(tested_in(&h, "local -> local", 3 * day), None);
+        // Test lines are no transfers: neither samples for the model nor a learned stream count.
+        assert_eq!(samples_of(&h, "local -> tern://a:7788").len(), 1);
+        assert_eq!(learned_streams_in(&h, "local -> ssh:b"), None);
     }
 
     #[test]
@@ -380,7 +425,7 @@ mod tests {
 
     #[test]
     fn streams_are_learned_from_the_newest_large_transfer_of_the_pair() {
-        let rec = |pair: &str, b: u64, streams: u64| Record { time: 0, pair: pair.into(), bytes: b, files: 1, seconds: 1.0, streams, predicted: None };
+        let rec = |pair: &str, b: u64, streams: u64| Record { time: 0, pair: pair.into(), bytes: b, files: 1, seconds: 1.0, streams, predicted: None, expected_gbps: None, test_expected_gbps: None };
         let h = vec![rec("p", 2 << 30, 12), rec("p", 4 << 30, 16), rec("p", 1 << 20, 8), rec("q", 8 << 30, 64)];
         assert_eq!(learned_streams_in(&h, "p"), Some(16), "small transfers end before the ramp does");
         assert_eq!(learned_streams_in(&h, "q"), Some(32), "never above the ramp's cap");
@@ -389,7 +434,7 @@ mod tests {
 
     #[test]
     fn predictions_use_the_pairs_own_newest_records() {
-        let rec = |pair: &str, b: u64, t: f64| Record { time: 0, pair: pair.into(), bytes: b, files: 1, seconds: t, streams: 4, predicted: None };
+        let rec = |pair: &str, b: u64, t: f64| Record { time: 0, pair: pair.into(), bytes: b, files: 1, seconds: t, streams: 4, predicted: None, expected_gbps: None, test_expected_gbps: None };
         let mut h: Vec<Record> = (0..60).map(|_| rec("local -> ssh:a", 1 << 30, 100.0)).collect();
         h.extend((0..FIT_WINDOW).map(|_| rec("local -> ssh:a", 1 << 30, 10.0)));
         h.push(rec("local -> ssh:b", 1 << 30, 1000.0));

@@ -60,9 +60,10 @@ pub(crate) fn transfer(srcs: &[String], dst: &str, recursive: bool, sync: bool, 
         stop_at_first_failure(&progress, started, c.json);
     }
     let seconds = started.elapsed().as_secs_f64();
+    let mut tested = None;
     if result.is_ok() && !c.dry_run && Progress::get(&progress.files_failed) == 0 {
         let files = Progress::get(&progress.files_done) + Progress::get(&progress.files_skipped);
-        crate::plan::record(&spec.sources[0], &spec.dest, Progress::get(&progress.bytes), files, seconds, Progress::get(&progress.streams));
+        tested = crate::plan::record(&spec.sources[0], &spec.dest, Progress::get(&progress.bytes), files, seconds, Progress::get(&progress.streams));
     }
     if let Some(d) = display {
         d.finish();
@@ -73,6 +74,10 @@ pub(crate) fn transfer(srcs: &[String], dst: &str, recursive: bool, sync: bool, 
     if !c.quiet {
         for n in progress.notices.lock().unwrap().iter() {
             eprintln!("tern: {n}");
+        }
+        if let Some(expected) = tested {
+            let rate = Progress::get(&progress.bytes) as f64 * 8.0 / seconds / 1e9;
+            eprintln!("tern: {rate:.2} Gb/s; the last tern test of this path expected {expected:.2} Gb/s ({:.0} %; tern plan --history lists both)", 100.0 * rate / expected);
         }
     }
     Ok(output::report(&progress, result, seconds, c.json, c.dry_run, c.quiet))

@@ -97,3 +97,36 @@ fn plan_walks_a_source_over_ssh_and_names_the_pair_by_host() {
     assert_eq!(plan["bytes"], 60_000);
     assert_eq!(plan["model"]["samples"], 1, "{plan}");
 }
+
+/// A path test leaves its expectation in the history; the pair's next large transfer is
+/// compared with it (one line on stderr, and in `tern plan --history`), and the test line
+/// teaches the model nothing.
+#[test]
+fn a_large_transfer_is_compared_with_the_last_path_test_of_its_pair() {
+    let t = scratch();
+    let history = t.path().join("state/history.jsonl");
+    let root = t.path().join("root");
+    fs::create_dir_all(&root).unwrap();
+    let d = Daemon::start(&root, &t.path().join("token"));
+    let o = run(&["test", "--seconds", "5", "--json", "--token-file", &d.token_arg(), &d.url("")], &history);
+    let expected = json(&o)["expected_gbps"].as_f64().unwrap();
+    assert!(expected > 0.0);
+    let big = t.path().join("big.bin");
+    write_file(&big, 7, 256 << 20);
+    let o = run(&["cp", "--token-file", &d.token_arg(), big.to_str().unwrap(), &d.url("big.bin")], &history);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{e}");
+    assert!(e.contains(&format!("the last tern test of this path expected {expected:.2} Gb/s")), "{e}");
+    // A small copy is not compared (start-up would dominate it).
+    let small = t.path().join("small.bin");
+    write_file(&small, 8, 1000);
+    let o = run(&["cp", "--token-file", &d.token_arg(), small.to_str().unwrap(), &d.url("small.bin")], &history);
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("tern test"), "{}", String::from_utf8_lossy(&o.stderr));
+    let h = json(&run(&["plan", "--history", "--json"], &history));
+    let records = h["records"].as_array().unwrap();
+    assert_eq!(records.len(), 2, "the two transfers, not the test: {h}");
+    assert_eq!(records[0]["test_expected_gbps"].as_f64(), Some(expected), "{h}");
+    assert!(records[1]["test_expected_gbps"].is_null());
+    let text = String::from_utf8_lossy(&run(&["plan", "--history"], &history).stdout).into_owned();
+    assert!(text.contains("Gb/s vs test") && text.contains(&format!(" / {expected:.2}")), "{text}");
+}
