@@ -204,7 +204,7 @@ fn tested_in(records: &[Record], pair: &str, now: u64) -> Option<f64> {
 
 /// Records what a path test expected for transfers from `source` to `dest`.
 pub(crate) fn record_test(source: &Endpoint, dest: &Endpoint, expected_gbps: f64, streams: u64) {
-    if history::path().is_none() || !(expected_gbps > 0.0) {
+    if history::path().is_none() || !expected_gbps.is_finite() || expected_gbps <= 0.0 {
         return;
     }
     let pair = history::pair_key(source, dest);

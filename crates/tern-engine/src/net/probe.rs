@@ -38,7 +38,7 @@ impl Lane {
 /// The sending counters of `lanes`' sockets, summed; None if the kernel said nothing for any.
 pub(crate) fn counters(lanes: &[Lane]) -> Option<crate::net::transport::TcpCounters> {
     let each: Vec<_> = lanes.iter().filter_map(|l| l.conn.probe.as_ref().and_then(crate::net::transport::tcp_counters)).collect();
-    (!each.is_empty()).then(|| each.into_iter().fold(Default::default(), crate::net::transport::TcpCounters::add))
+    (!each.is_empty()).then(|| each.into_iter().fold(Default::default(), |a, b| a + b))
 }
 
 /// Sends chunk frames of zeros on `lane` until `stop`; the payload bytes sent. Each frame is

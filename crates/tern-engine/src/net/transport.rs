@@ -218,7 +218,11 @@ impl TcpCounters {
             reord_seen: self.reord_seen.saturating_sub(before.reord_seen),
         }
     }
-    pub fn add(self, o: TcpCounters) -> TcpCounters {
+}
+
+impl std::ops::Add for TcpCounters {
+    type Output = TcpCounters;
+    fn add(self, o: TcpCounters) -> TcpCounters {
         TcpCounters { data_segs_out: self.data_segs_out + o.data_segs_out, retrans_segs: self.retrans_segs + o.retrans_segs, reord_seen: self.reord_seen + o.reord_seen }
     }
 }
