@@ -6,7 +6,6 @@
 //! One at a time because tests measure the path: two at once would measure each other (and a
 //! daemon refuses a second test anyway). A schedule due while another runs waits its turn.
 
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -116,27 +115,8 @@ impl Tester {
     }
 
     async fn child(&self, s: &Schedule, account: Option<crate::runas::Account>, started: i64) -> TestResult {
-        let mut cmd = tokio::process::Command::new(&self.cfg.exe);
-        cmd.args(s.spec.child_args()).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
-        if let Some(a) = &account {
-            cmd.env("HOME", &a.home).env("USER", &a.name).env("LOGNAME", &a.name).current_dir("/");
-        }
-        cmd.process_group(0);
-        let parent = std::process::id();
-        // SAFETY: only async-signal-safe calls between fork and exec (as the job runner's).
-        unsafe {
-            cmd.pre_exec(move || {
-                if let Some(a) = &account {
-                    crate::runas::drop_to(a)?;
-                }
-                // Dies with the service, so a restarted one never measures beside an old test.
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-                if libc::getppid() as u32 != parent {
-                    libc::_exit(1);
-                }
-                Ok(())
-            });
-        }
+        // Dies with the service, so a restarted one never measures beside an old test.
+        let mut cmd = crate::runner::child_command(&self.cfg.exe, s.spec.child_args(), account);
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => return pathtest::failed(started, &format!("cannot start {}: {e}", self.cfg.exe.display())),

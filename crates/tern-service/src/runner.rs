@@ -320,32 +320,7 @@ impl Runner {
         let flags = [("--src-beneath", fences.0), ("--dst-beneath", fences.1)];
         let extra: Vec<String> = flags.into_iter().filter_map(|(f, d)| d.map(|d| [f.to_string(), d.display().to_string()])).flatten().collect();
         args.splice(at..at, extra);
-        let mut cmd = tokio::process::Command::new(&self.cfg.exe);
-        cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
-        if let Some(a) = &account {
-            // The account's own environment: ssh finds its keys and config, not root's.
-            cmd.env("HOME", &a.home).env("USER", &a.name).env("LOGNAME", &a.name).current_dir("/");
-        }
-        // Own process group: cancel kills the child and whatever it started (ssh).
-        cmd.process_group(0);
-        let parent = std::process::id();
-        // SAFETY: only async-signal-safe calls (prctl, getppid, _exit) between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                if let Some(a) = &account {
-                    crate::runas::drop_to(a)?;
-                }
-                // After the drop: changing credentials clears the parent-death signal.
-                // Die with the service (even kill -9), so a restarted service never races an
-                // old attempt on the same destination. Fires when the spawning *thread* exits:
-                // we spawn from runtime worker threads, which live as long as the service.
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-                if libc::getppid() as u32 != parent {
-                    libc::_exit(1);
-                }
-                Ok(())
-            });
-        }
+        let mut cmd = child_command(&self.cfg.exe, args, account);
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => return Attempt { exit: None, summary: None, stderr_tail: vec![format!("cannot start {}: {e}", self.cfg.exe.display())] },
@@ -404,6 +379,37 @@ impl Runner {
         };
         Attempt { exit, summary, stderr_tail }
     }
+}
+
+/// A child `tern` (`exe`, same binary) with piped output, run as `account` when given (its own
+/// environment: ssh finds its keys and config, not root's), in its own process group (a cancel
+/// kills it and whatever it started, ssh included), dying with the service.
+pub(crate) fn child_command(exe: &std::path::Path, args: impl IntoIterator<Item = impl AsRef<std::ffi::OsStr>>, account: Option<crate::runas::Account>) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(exe);
+    cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+    if let Some(a) = &account {
+        cmd.env("HOME", &a.home).env("USER", &a.name).env("LOGNAME", &a.name).current_dir("/");
+    }
+    cmd.process_group(0);
+    let parent = std::process::id();
+    // SAFETY: only async-signal-safe calls (prctl, getppid, _exit) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if let Some(a) = &account {
+                crate::runas::drop_to(a)?;
+            }
+            // After the drop: changing credentials clears the parent-death signal.
+            // Die with the service (even kill -9), so a restarted service never races an
+            // old attempt on the same destination. Fires when the spawning *thread* exits:
+            // we spawn from runtime worker threads, which live as long as the service.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+            if libc::getppid() as u32 != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    cmd
 }
 
 /// One line for the job's `error`: the first few per-file reasons, else stderr's last lines.

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+use common::netns::Netns;
 use common::*;
 
 fn run(args: &[&str]) -> Output {
@@ -210,98 +211,17 @@ fn a_second_test_at_once_is_refused() {
     assert_clean(&root);
 }
 
-/// Two private network namespaces joined by a veth pair (A 198.19.201.1, B 198.19.201.2), named by
-/// this process's id so parallel runs and the bench bed (`bench/netns.sh`'s tern-a/tern-b) are
-/// left alone; removed on drop. `None` (with a note) where namespaces cannot be made.
-struct Netns {
-    a: String,
-    b: String,
-    daemon: Option<std::process::Child>,
-}
-
-impl Netns {
-    fn up(tag: &str) -> Option<Self> {
-        let id = std::process::id();
-        let (a, b, va, vb) = (format!("tpa{tag}{id}"), format!("tpb{tag}{id}"), format!("tpva{tag}{id}"), format!("tpvb{tag}{id}"));
-        let ip = |args: &[&str]| Command::new("ip").args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
-        if !ip(&["netns", "add", &a]) {
-            eprintln!("SKIP: cannot make network namespaces (needs root and iproute2)");
-            return None;
-        }
-        let me = Netns { a: a.clone(), b: b.clone(), daemon: None };
-        assert!(ip(&["netns", "add", &b]));
-        assert!(ip(&["link", "add", &va, "type", "veth", "peer", "name", &vb]));
-        assert!(ip(&["link", "set", &va, "netns", &a]) && ip(&["link", "set", &vb, "netns", &b]));
-        assert!(ip(&["-n", &a, "addr", "add", "198.19.201.1/24", "dev", &va]) && ip(&["-n", &b, "addr", "add", "198.19.201.2/24", "dev", &vb]));
-        for (ns, dev) in [(&a, &va), (&b, &vb)] {
-            assert!(ip(&["-n", ns, "link", "set", dev, "up"]) && ip(&["-n", ns, "link", "set", "lo", "up"]));
-        }
-        Some(me)
-    }
-
-    /// `tc qdisc add dev DEV root ARGS` on A's (`a`) or B's side of the link (its egress).
-    fn qdisc(&self, a: bool, args: &[&str]) {
-        let (ns, dev) = if a { (&self.a, self.a.replacen("tpa", "tpva", 1)) } else { (&self.b, self.b.replacen("tpb", "tpvb", 1)) };
-        let st = Command::new("tc").args(["-n", ns, "qdisc", "add", "dev", &dev, "root"]).args(args).status().unwrap();
-        assert!(st.success(), "tc {args:?}");
-    }
-
-    /// `tern serve` in B on 198.19.201.2:7788 for `root`.
-    fn serve(&mut self, root: &Path, token: &Path) {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.b, tern_bin(), "serve", "--listen", "198.19.201.2:7788", "--root"])
-            .arg(root)
-            .arg("--token-file")
-            .arg(token)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.contains("listening on") {
-                    let _ = tx.send(());
-                }
-            }
-        });
-        self.daemon = Some(child);
-        rx.recv_timeout(Duration::from_secs(10)).expect("the daemon in the namespace did not start");
-    }
-
-    /// `tern test ARGS` run in A.
-    fn test(&self, args: &[&str]) -> Output {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.a, tern_bin(), "test"]).args(args).stdin(Stdio::null());
-        run_bounded(cmd, Duration::from_secs(120))
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        if let Some(mut d) = self.daemon.take() {
-            let _ = d.kill();
-            let _ = d.wait();
-        }
-        for ns in [&self.a, &self.b] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-    }
-}
-
 /// A link capped at 300 Mb/s by `tbf`: the verdict is the network, and the N-stream number is
 /// within 15 % of the cap (TCP/IP headers take about 4 % of it).
 #[test]
 fn a_link_capped_at_300_mbits_is_named_with_its_rate() {
-    let Some(mut n) = Netns::up("c") else { return };
-    n.qdisc(true, &["tbf", "rate", "300mbit", "burst", "64kb", "latency", "50ms"]);
+    let Some(mut n) = Netns::up("c", "198.19.201") else { return };
+    n.qdisc("add", true, &["tbf", "rate", "300mbit", "burst", "64kb", "latency", "50ms"]);
     let t = scratch();
     std::fs::create_dir_all(t.path().join("root")).unwrap();
     let token = t.path().join("token");
     n.serve(&t.path().join("root"), &token);
-    let v = report(&n.test(&["--seconds", "10", "--json", "--token-file", token.to_str().unwrap(), "tern://198.19.201.2:7788/"]));
+    let v = report(&n.tern(&["test", "--seconds", "10", "--json", "--token-file", token.to_str().unwrap(), &n.url("")]));
     assert_complete(&v, true);
     assert_eq!(v["verdict"]["limit"], "network", "{v}");
     let many = v["network"]["many_gbps"].as_f64().unwrap();

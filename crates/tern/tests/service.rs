@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::netns::Netns;
 use common::*;
 use serde_json::{Value, json};
 use tern_service::client::Client;
@@ -1424,74 +1425,17 @@ fn service_path_test_history_survives_a_restart() {
 }
 
 /// A namespace (198.19.211.2) joined to this one (198.19.211.1) by a veth pair whose egress here
-/// is shaped by `tbf`; a daemon runs there. Removed on drop. `None` (with a note) where
-/// namespaces cannot be made.
-struct ThrottledLink {
-    ns: String,
-    dev: String,
-    daemon: Option<Child>,
+/// is shaped by `tbf` at `rate`; a daemon runs there. `None` (with a note) where namespaces
+/// cannot be made.
+fn throttled_link(rate: &str) -> Option<Netns> {
+    let n = Netns::up_from_here("s", "198.19.211")?;
+    shape(&n, "add", rate);
+    Some(n)
 }
 
-impl ThrottledLink {
-    fn up(rate: &str) -> Option<Self> {
-        let id = std::process::id();
-        let (ns, dev, peer) = (format!("tsb{id}"), format!("tsv{id}"), format!("tsp{id}"));
-        let ip = |args: &[&str]| Command::new("ip").args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
-        if !ip(&["netns", "add", &ns]) {
-            eprintln!("SKIP: cannot make network namespaces (needs root and iproute2)");
-            return None;
-        }
-        let me = ThrottledLink { ns: ns.clone(), dev: dev.clone(), daemon: None };
-        assert!(ip(&["link", "add", &dev, "type", "veth", "peer", "name", &peer]));
-        assert!(ip(&["link", "set", &peer, "netns", &ns]));
-        assert!(ip(&["addr", "add", "198.19.211.1/24", "dev", &dev]) && ip(&["-n", &ns, "addr", "add", "198.19.211.2/24", "dev", &peer]));
-        assert!(ip(&["link", "set", &dev, "up"]) && ip(&["-n", &ns, "link", "set", &peer, "up"]) && ip(&["-n", &ns, "link", "set", "lo", "up"]));
-        me.shape("add", rate);
-        Some(me)
-    }
-
-    /// This side's egress (what a push test sends) at `rate`.
-    fn shape(&self, verb: &str, rate: &str) {
-        let st = Command::new("tc").args(["qdisc", verb, "dev", &self.dev, "root", "tbf", "rate", rate, "burst", "64kb", "latency", "50ms"]).status().unwrap();
-        assert!(st.success(), "tc qdisc {verb} {rate}");
-    }
-
-    /// `tern serve` there on 198.19.211.2:7788 for `root`.
-    fn serve(&mut self, root: &Path, token: &Path) {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.ns, tern_bin(), "serve", "--listen", "198.19.211.2:7788", "--root"])
-            .arg(root)
-            .arg("--token-file")
-            .arg(token)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.contains("listening on") {
-                    let _ = tx.send(());
-                }
-            }
-        });
-        self.daemon = Some(child);
-        rx.recv_timeout(Duration::from_secs(10)).expect("the daemon in the namespace did not start");
-    }
-}
-
-impl Drop for ThrottledLink {
-    fn drop(&mut self) {
-        if let Some(mut d) = self.daemon.take() {
-            let _ = d.kill();
-            let _ = d.wait();
-        }
-        // Deleting the namespace deletes the veth pair with it.
-        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
-        let _ = Command::new("ip").args(["link", "del", &self.dev]).stderr(Stdio::null()).status();
-    }
+/// This side's egress (what a push test sends) at `rate`.
+fn shape(n: &Netns, verb: &str, rate: &str) {
+    n.qdisc(verb, true, &["tbf", "rate", rate, "burst", "64kb", "latency", "50ms"]);
 }
 
 /// Webhook receiver on `port` (0: any): answers every POST 200 and keeps its body.
@@ -1536,7 +1480,7 @@ fn hook_receiver(port: u16) -> (String, std::sync::Arc<std::sync::Mutex<Vec<Valu
 /// database across a kill -9 and is delivered by the restarted service.
 #[test]
 fn service_path_test_regression_notifies_once_when_the_link_is_throttled() {
-    let Some(mut link) = ThrottledLink::up("300mbit") else { return };
+    let Some(mut link) = throttled_link("300mbit") else { return };
     let t = scratch();
     let root = t.path().join("far");
     std::fs::create_dir_all(&root).unwrap();
@@ -1557,7 +1501,7 @@ fn service_path_test_regression_notifies_once_when_the_link_is_throttled() {
     // above what 30 Mb/s allows, which is all the alert needs.
     assert!(rates.iter().all(|r| (0.1..=0.345).contains(r)), "{rates:?}");
     assert!(base.iter().all(|r| r["regressed"] == false));
-    link.shape("change", "30mbit");
+    shape(&link, "change", "30mbit");
     let all = results_at_least(&s, &transfer, id, 5, Duration::from_secs(90));
     println!("throttled to 30 Mb/s: {:?} Gb/s ({:?})", all.iter().skip(3).map(|r| r["many_gbps"].as_f64()).collect::<Vec<_>>(), started.elapsed());
     // A run that straddled the change may be either; the last one is surely throttled.

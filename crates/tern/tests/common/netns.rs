@@ -1,4 +1,6 @@
-//! Two private network namespaces joined by a veth pair, for tests of multi-host paths.
+//! Network namespaces joined by a veth pair, for tests of multi-host paths: two private ones
+//! (`Netns::up`), or one beside this process's own (`Netns::up_from_here`, for a service that
+//! runs here and reaches a daemon there).
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
@@ -6,40 +8,70 @@ use std::time::Duration;
 
 use super::{run_bounded, tern_bin};
 
-/// Namespaces A (`PREFIX.1`) and B (`PREFIX.2`) on a /24 of 198.19.0.0/16 a test file owns,
-/// named by this process's id so parallel runs and the bench bed (`bench/netns.sh`'s
-/// tern-a/tern-b) are left alone; removed on drop with the daemon started in B. `None` (with a
-/// note) where namespaces cannot be made.
+/// A (`PREFIX.1`) and B (`PREFIX.2`) on a /24 of 198.19.0.0/16 a test file owns, named by this
+/// process's id so parallel runs and the bench bed (`bench/netns.sh`'s tern-a/tern-b) are left
+/// alone; removed on drop with the daemon started in B. `None` (with a note) where namespaces
+/// cannot be made.
 pub(crate) struct Netns {
-    pub a: String,
+    /// A's namespace; None: this process's own.
+    pub a: Option<String>,
     pub b: String,
+    dev_a: String,
+    dev_b: String,
     prefix: String,
     daemon: Option<Child>,
 }
 
+fn ip(args: &[&str]) -> bool {
+    Command::new("ip").args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+}
+
 impl Netns {
+    /// Two private namespaces.
     pub(crate) fn up(tag: &str, prefix: &str) -> Option<Self> {
+        Self::make(tag, prefix, true)
+    }
+
+    /// B private, A this process's own namespace.
+    pub(crate) fn up_from_here(tag: &str, prefix: &str) -> Option<Self> {
+        Self::make(tag, prefix, false)
+    }
+
+    fn make(tag: &str, prefix: &str, private_a: bool) -> Option<Self> {
         let id = std::process::id();
-        let (a, b, va, vb) = (format!("tna{tag}{id}"), format!("tnb{tag}{id}"), format!("tnva{tag}{id}"), format!("tnvb{tag}{id}"));
-        let ip = |args: &[&str]| Command::new("ip").args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
-        if !ip(&["netns", "add", &a]) {
+        let (a, b, dev_a, dev_b) = (format!("tna{tag}{id}"), format!("tnb{tag}{id}"), format!("tnva{tag}{id}"), format!("tnvb{tag}{id}"));
+        if !ip(&["netns", "add", &b]) {
             eprintln!("SKIP: cannot make network namespaces (needs root and iproute2)");
             return None;
         }
-        let me = Netns { a: a.clone(), b: b.clone(), prefix: prefix.to_string(), daemon: None };
-        assert!(ip(&["netns", "add", &b]));
-        assert!(ip(&["link", "add", &va, "type", "veth", "peer", "name", &vb]));
-        assert!(ip(&["link", "set", &va, "netns", &a]) && ip(&["link", "set", &vb, "netns", &b]));
-        assert!(ip(&["-n", &a, "addr", "add", &format!("{prefix}.1/24"), "dev", &va]) && ip(&["-n", &b, "addr", "add", &format!("{prefix}.2/24"), "dev", &vb]));
-        for (ns, dev) in [(&a, &va), (&b, &vb)] {
-            assert!(ip(&["-n", ns, "link", "set", dev, "up"]) && ip(&["-n", ns, "link", "set", "lo", "up"]));
+        let me = Netns { a: private_a.then(|| a.clone()), b: b.clone(), dev_a: dev_a.clone(), dev_b: dev_b.clone(), prefix: prefix.to_string(), daemon: None };
+        if private_a {
+            assert!(ip(&["netns", "add", &a]));
+        }
+        assert!(ip(&["link", "add", &dev_a, "type", "veth", "peer", "name", &dev_b]));
+        assert!(ip(&["link", "set", &dev_b, "netns", &b]));
+        if private_a {
+            assert!(ip(&["link", "set", &dev_a, "netns", &a]));
+        }
+        for (ns, dev, addr) in [(me.a.as_deref(), &dev_a, format!("{prefix}.1/24")), (Some(b.as_str()), &dev_b, format!("{prefix}.2/24"))] {
+            let n: Vec<&str> = ns.map_or(vec![], |ns| vec!["-n", ns]);
+            let run = |rest: &[&str]| ip(&[n.as_slice(), rest].concat());
+            assert!(run(&["addr", "add", &addr, "dev", dev]) && run(&["link", "set", dev, "up"]) && run(&["link", "set", "lo", "up"]));
         }
         Some(me)
     }
 
+    /// `tc qdisc VERB dev DEV root ARGS` on A's (`a`) or B's side of the link (its egress).
+    pub(crate) fn qdisc(&self, verb: &str, a: bool, args: &[&str]) {
+        let (ns, dev) = if a { (self.a.as_deref(), &self.dev_a) } else { (Some(self.b.as_str()), &self.dev_b) };
+        let n: Vec<&str> = ns.map_or(vec![], |ns| vec!["-n", ns]);
+        let st = Command::new("tc").args(n).args(["qdisc", verb, "dev", dev, "root"]).args(args).status().unwrap();
+        assert!(st.success(), "tc qdisc {verb} {args:?}");
+    }
+
     /// `sysctl -w SETTINGS` in A (`a`) or B: the per-namespace ones (net.ipv4.tcp_*).
     pub(crate) fn sysctl(&self, a: bool, settings: &[&str]) {
-        let ns = if a { &self.a } else { &self.b };
+        let ns = if a { self.a.as_deref().expect("A is private") } else { &self.b };
         let st = Command::new("ip").args(["netns", "exec", ns, "sysctl", "-q", "-w"]).args(settings).status().unwrap();
         assert!(st.success(), "sysctl {settings:?} in {ns}");
     }
@@ -76,8 +108,15 @@ impl Netns {
 
     /// `tern ARGS` run in A.
     pub(crate) fn tern(&self, args: &[&str]) -> Output {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.a, tern_bin()]).args(args).stdin(Stdio::null());
+        let mut cmd = match &self.a {
+            Some(a) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", a, tern_bin()]);
+                c
+            }
+            None => Command::new(tern_bin()),
+        };
+        cmd.args(args).stdin(Stdio::null());
         run_bounded(cmd, Duration::from_secs(120))
     }
 }
@@ -88,8 +127,12 @@ impl Drop for Netns {
             let _ = d.kill();
             let _ = d.wait();
         }
-        for ns in [&self.a, &self.b] {
+        // Deleting a namespace deletes its end of the veth pair, and with it the pair.
+        for ns in self.a.iter().chain([&self.b]) {
             let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+        if self.a.is_none() {
+            let _ = Command::new("ip").args(["link", "del", &self.dev_a]).stderr(Stdio::null()).status();
         }
     }
 }
