@@ -229,6 +229,11 @@ pub(crate) fn findings(f: &Facts, rtt_ms: f64, rate_gbps: f64) -> Vec<Finding> {
     out
 }
 
+/// The far side as the user named it.
+fn targets_far(targets: &[String]) -> String {
+    targets.iter().find(|t| !matches!(Endpoint::parse(t), Ok(Endpoint::Local(_)))).cloned().unwrap_or_default()
+}
+
 /// One host's facts and findings, as the text and JSON show them.
 struct Checked {
     host: String,
@@ -258,6 +263,7 @@ pub(crate) fn run(a: DoctorArgs) -> Result<ExitCode> {
     let mut there = None;
     if let Some(ep) = &far {
         let spec = crate::fs_cli::spec(ep, &a.conn);
+        let _bounded = crate::path_test::Watchdog::start(std::time::Duration::from_secs(2 * crate::path_test::WATCHDOG_GRACE_S), &targets_far(&a.targets));
         match tern_engine::client::probe::host_check(&spec, ep, None) {
             Ok(c) => {
                 measured_rtt = c.rtt.get(c.rtt.len() / 2).map(|s| s * 1e3);

@@ -303,6 +303,41 @@ pub(crate) fn verdict(m: &Measures) -> Verdict {
     Verdict { limit, line, fix, expected_gbps: if expected.is_finite() { expected } else { 0.0 } }
 }
 
+/// What a test may take beyond its steps' budget: connecting, an ssh login, an install.
+pub(crate) const WATCHDOG_GRACE_S: u64 = 30;
+
+/// Ends the process with one line (exit 1) if the far side has not finished answering by the
+/// deadline; dropping it first stands it down. The far side closes a test's streams by itself
+/// (docs/security.md), and nothing local needs cleaning up before the local read test.
+pub(crate) struct Watchdog(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Watchdog {
+    pub(crate) fn start(limit: Duration, dest: &str) -> Self {
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (flag, dest) = (done.clone(), dest.to_string());
+        std::thread::spawn(move || {
+            let until = std::time::Instant::now() + limit;
+            while std::time::Instant::now() < until {
+                if flag.load(std::sync::atomic::Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            if !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                eprintln!("tern: network: {dest} stopped answering: no result within {} s (the path lost every packet, or it was cut); check the link, then run tern test again", limit.as_secs());
+                std::process::exit(1);
+            }
+        });
+        Watchdog(done)
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 fn gbps(r: &Rate) -> f64 {
     r.gbps()
 }
@@ -341,6 +376,9 @@ pub(crate) fn run(a: TestArgs) -> Result<ExitCode> {
         },
         _ => None,
     };
+    // A path that stops carrying anything (every packet lost, a cut link) leaves a blocked read
+    // on either channel: the whole test is bounded instead, ssh login and install included.
+    let bounded = Watchdog::start(Duration::from_secs(a.seconds as u64 + WATCHDOG_GRACE_S), &dest);
     let report = match tern_engine::client::probe::run(&spec, &ep, &plan, local) {
         Ok(r) => r,
         Err(e) => {
@@ -348,6 +386,7 @@ pub(crate) fn run(a: TestArgs) -> Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
     };
+    drop(bounded);
     let step_ms = step.as_millis() as u32;
     let n = report.streams;
     let read = tern_engine::store::probe::read_test(a.source.as_deref(), n, 1 << 20, step_ms / 2);

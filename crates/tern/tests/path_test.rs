@@ -229,6 +229,42 @@ fn a_link_capped_at_300_mbits_is_named_with_its_rate() {
     assert!((v["expected_gbps"].as_f64().unwrap() - many).abs() < 1e-9);
 }
 
+/// A path that stops carrying anything mid-test (its link cut: 100 % loss) ends the test in
+/// bounded time with one line naming the far side, instead of a read that waits for ever.
+#[test]
+fn a_path_that_loses_every_packet_ends_the_test_with_one_line() {
+    let Some(mut n) = Netns::up("x", "198.19.202") else { return };
+    let t = scratch();
+    std::fs::create_dir_all(t.path().join("root")).unwrap();
+    let token = t.path().join("token");
+    n.serve(&t.path().join("root"), &token);
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", n.a.as_deref().unwrap(), tern_bin(), "test", "--seconds", "5", "--token-file", token.to_str().unwrap(), &n.url("")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    n.cut();
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if started.elapsed() > Duration::from_secs(90) {
+            let _ = child.kill();
+            panic!("tern test still waiting 90 s after the link was cut");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut e = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut e).unwrap();
+    assert_eq!(status.code(), Some(1), "{e}");
+    assert_eq!(e.trim_end().lines().count(), 1, "one line: {e}");
+    assert!(e.contains("198.19.202.2:7788/ stopped answering: no result within 35 s"), "{e}");
+}
+
 /// A daemon without path tests (an older build's Hello) is refused by the client in one line
 /// naming the upgrade, before anything is asked of it.
 #[test]

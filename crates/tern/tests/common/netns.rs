@@ -69,6 +69,12 @@ impl Netns {
         assert!(st.success(), "tc qdisc {verb} {args:?}");
     }
 
+    /// Cuts the link: A's end goes down, and every packet between A and B is lost.
+    pub(crate) fn cut(&self) {
+        let n: Vec<&str> = self.a.as_deref().map_or(vec![], |ns| vec!["-n", ns]);
+        assert!(ip(&[n.as_slice(), &["link", "set", &self.dev_a, "down"]].concat()));
+    }
+
     /// `sysctl -w SETTINGS` in A (`a`) or B: the per-namespace ones (net.ipv4.tcp_*).
     pub(crate) fn sysctl(&self, a: bool, settings: &[&str]) {
         let ns = if a { self.a.as_deref().expect("A is private") } else { &self.b };
