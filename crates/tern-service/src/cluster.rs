@@ -96,12 +96,18 @@ fn store_err(e: StoreError) -> String {
     e.to_string().replacen("job database", "cluster database", 1)
 }
 
-/// Connects, bringing the schema up to date first (the cluster table is a migration).
+/// A database error in the cluster's words (the store's name the job database).
+fn db_err(what: &str, e: postgres::Error) -> String {
+    store_err(pg_err(what, e))
+}
+
+/// Connects and brings the schema up to date (the cluster table is a migration), on the one
+/// connection.
 fn connect(url: &str) -> Result<(Client, String), String> {
-    crate::pg::PgStore::open(url).map_err(store_err)?;
     let (config, what) = parse_url(url, "tern-cluster").map_err(store_err)?;
-    let mut c = config.connect(NoTls).map_err(|e| pg_err(&what, e).to_string())?;
-    c.batch_execute("SET lock_timeout = '5s'; SET statement_timeout = '30s'").map_err(|e| pg_err(&what, e).to_string())?;
+    let mut c = config.connect(NoTls).map_err(|e| db_err(&what, e))?;
+    c.batch_execute("SET lock_timeout = '5s'; SET statement_timeout = '30s'").map_err(|e| db_err(&what, e))?;
+    crate::pg::migrate(&mut c).map_err(|e| db_err(&what, e))?.map_err(store_err)?;
     Ok((c, what))
 }
 
@@ -124,7 +130,7 @@ pub fn join(url: &str, spec: NodeSpec) -> Result<Member, String> {
     check_name("--node-name", &spec.node)?;
     let first_root = spec.roots.first().ok_or("a cluster node needs a --root")?.clone();
     let (mut c, what) = connect(url)?;
-    let db = |e: postgres::Error| pg_err(&what, e).to_string();
+    let db = |e: postgres::Error| db_err(&what, e);
     let (cluster, node) = (spec.cluster.as_str(), spec.node.as_str());
     let roots = roots_digest(&spec.roots);
     let secret = digest(&[b"tern cluster secret v1", cluster.as_bytes(), &spec.secret]);
@@ -316,7 +322,7 @@ pub fn status(url: &str, cluster: Option<&str>) -> Result<Vec<NodeStatus>, Strin
              FROM cluster_nodes WHERE $1::text IS NULL OR cluster = $1 ORDER BY cluster, node",
             &[&cluster],
         )
-        .map_err(|e| pg_err(&what, e).to_string())?;
+        .map_err(|e| db_err(&what, e))?;
     Ok(rows
         .iter()
         .map(|r| {
@@ -341,7 +347,7 @@ pub fn status(url: &str, cluster: Option<&str>) -> Result<Vec<NodeStatus>, Strin
 pub fn drain(url: &str, cluster: &str, node: &str, undo: bool) -> Result<bool, String> {
     let (mut c, what) = connect(url)?;
     let (from, to) = if undo { ("draining", "active") } else { ("active", "draining") };
-    let n = c.execute("UPDATE cluster_nodes SET state = $1 WHERE cluster = $2 AND node = $3 AND state = $4", &[&to, &cluster, &node, &from]).map_err(|e| pg_err(&what, e).to_string())?;
+    let n = c.execute("UPDATE cluster_nodes SET state = $1 WHERE cluster = $2 AND node = $3 AND state = $4", &[&to, &cluster, &node, &from]).map_err(|e| db_err(&what, e))?;
     Ok(n == 1)
 }
 

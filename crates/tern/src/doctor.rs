@@ -229,11 +229,6 @@ pub(crate) fn findings(f: &Facts, rtt_ms: f64, rate_gbps: f64) -> Vec<Finding> {
     out
 }
 
-/// The far side as the user named it.
-fn targets_far(targets: &[String]) -> String {
-    targets.iter().find(|t| !matches!(Endpoint::parse(t), Ok(Endpoint::Local(_)))).cloned().unwrap_or_default()
-}
-
 /// One host's facts and findings, as the text and JSON show them.
 struct Checked {
     host: String,
@@ -247,7 +242,7 @@ pub(crate) fn run(a: DoctorArgs) -> Result<ExitCode> {
     for t in &a.targets {
         match Endpoint::parse(t) {
             Ok(Endpoint::Local(p)) => paths.push(p),
-            Ok(ep) if far.is_none() => far = Some(ep),
+            Ok(ep) if far.is_none() => far = Some((ep, t)),
             Ok(_) => {
                 eprintln!("tern: doctor checks one far side at a time; run it once per host");
                 return Ok(ExitCode::from(2));
@@ -261,9 +256,9 @@ pub(crate) fn run(a: DoctorArgs) -> Result<ExitCode> {
     let here = Facts::gather(&paths.iter().map(PathBuf::as_path).collect::<Vec<&Path>>());
     let mut measured_rtt = None;
     let mut there = None;
-    if let Some(ep) = &far {
+    if let Some((ep, named)) = &far {
         let spec = crate::fs_cli::spec(ep, &a.conn);
-        let _bounded = crate::path_test::Watchdog::start(std::time::Duration::from_secs(2 * crate::path_test::WATCHDOG_GRACE_S), &targets_far(&a.targets));
+        let _bounded = crate::path_test::Watchdog::start(std::time::Duration::from_secs(2 * crate::path_test::WATCHDOG_GRACE_S), named);
         match tern_engine::client::probe::host_check(&spec, ep, None) {
             Ok(c) => {
                 measured_rtt = c.rtt.get(c.rtt.len() / 2).map(|s| s * 1e3);
