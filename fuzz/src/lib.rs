@@ -243,7 +243,11 @@ pub fn session_machines(data: &[u8]) {
     let mut b = Bytes(data);
     let files_ahead = 1 + u64::from(b.u8() % 8);
     let mut s: sender::Sender<u64> = sender::Sender::new(FUZZ_CHUNK, files_ahead);
-    let mut r: receiver::Receiver<u64> = receiver::Receiver::new(receiver::Window { bytes: 1 + u64::from(b.u8()), files: 1 + usize::from(b.u8() % 8) }, FUZZ_CHUNK);
+    let bytes = 1 + u64::from(b.u8());
+    // One byte, as before: files in flight, and of those the ones holding descriptors.
+    let w = b.u8();
+    let files = 1 + usize::from(w % 8);
+    let mut r: receiver::Receiver<u64> = receiver::Receiver::new(receiver::Window { bytes, files, held: 1 + usize::from(w / 8) % files }, FUZZ_CHUNK);
     let (mut next_id, mut announced_r) = (0u64, 0u64);
     let mut reads: Vec<sender::Read> = Vec::new();
     let mut finalizing: Vec<u64> = Vec::new();

@@ -129,7 +129,7 @@ pub(crate) struct Common {
     /// Parallel TCP data streams (default: start at 8 and add while throughput grows).
     #[arg(long)]
     pub(crate) streams: Option<u16>,
-    /// Files in flight at once (default 16384, or half the descriptor limit; the receiver also caps wanted bytes at 512 MiB).
+    /// Files in flight at once (default 16384; files of more than one chunk also at most what the descriptor limit allows, 80 under `ulimit -n 256`; the receiver also caps wanted bytes at 512 MiB).
     #[arg(long)]
     pub(crate) concurrency: Option<u32>,
     /// Chunk size for striping and verification, e.g. 4M. The 1M default keeps each chunk's

@@ -99,6 +99,49 @@ fn twenty_thousand_files_under_a_256_descriptor_limit() {
     assert_same_tree(&src, &t.path().join("pulled"));
 }
 
+/// Under a low descriptor limit a one-chunk file holds no descriptor while it waits in flight
+/// (opened, written and closed when its chunk arrives), so small files fill the window far past
+/// what the limit allows files that hold descriptors: under `ulimit -n 128` that share is 32
+/// files (`window_held`), which was the whole window before. 4,000 small files and a few of
+/// several chunks, copied completely; the receiver's log says how many were in flight at once.
+#[test]
+fn small_files_in_flight_are_not_bounded_by_the_descriptor_limit() {
+    let t = scratch();
+    let src = t.path().join("src");
+    for d in 0..4 {
+        fs::create_dir_all(src.join(format!("d{d}"))).unwrap();
+    }
+    for i in 0..4000 {
+        fs::write(src.join(format!("d{}/f{i:05}", i % 4)), format!("{i}\n").repeat(1 + i % 200)).unwrap();
+    }
+    for i in 0..6 {
+        // 2.5 chunks of 1 MiB each: these hold descriptors while in flight.
+        let body: Vec<u8> = (0..(5 << 19) as u32).map(|b| (b.wrapping_mul(2654435761).wrapping_add(i) >> 24) as u8).collect();
+        fs::write(src.join(format!("d{}/large{i}", i % 4)), body).unwrap();
+    }
+    let dst = t.path().join("dst");
+    let mut cmd = std::process::Command::new("prlimit");
+    cmd.arg("--nofile=128:128").arg("--").arg(tern_bin()).args(["cp", "-r", src.to_str().unwrap(), dst.to_str().unwrap(), "--json"]);
+    cmd.env("TERN_LOG", "warn,tern_engine::driver::receiver=debug").stdin(std::process::Stdio::null());
+    let out = run_bounded(cmd, std::time::Duration::from_secs(300));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((json["files"].as_u64(), json["files_failed"].as_u64()), (Some(4006), Some(0)), "{json}");
+    assert_same_tree(&src, &dst);
+    assert_no_leftovers(&dst);
+    // "files in flight: at most N at once, M of them holding descriptors (window W files, H holding; ...)"
+    let line = stderr.lines().find(|l| l.contains("files in flight: at most")).unwrap_or_else(|| panic!("no window line in: {stderr}"));
+    let said = &line[line.find("files in flight:").unwrap()..];
+    let nums: Vec<usize> = said.split(|c: char| !c.is_ascii_digit()).filter(|w| !w.is_empty()).map(|w| w.parse().unwrap()).collect();
+    let [peak, peak_held, _window, held, limit] = nums[..] else { panic!("{line}") };
+    assert_eq!(limit, 128, "{line}");
+    eprintln!("{line}");
+    assert_eq!(held, 32, "the descriptor limit's share under 128: {line}");
+    assert!(peak_held <= held, "{line}");
+    assert!(peak > 2 * held, "small files in flight still bounded by descriptors: {line}");
+}
+
 /// A real tree nobody here wrote, under `ulimit -n 256`: this machine's Rust standard library
 /// sources or documentation (whichever the toolchain has), else /usr/share/doc.
 #[test]

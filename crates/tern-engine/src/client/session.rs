@@ -15,7 +15,7 @@ use tern_proto::filter::{Filter, FilterRule};
 use tern_proto::msg::{FEATURE_FILE_LIST, FEATURE_FILTERS, FEATURE_HARD_LINKS, FEATURE_IGNORE_EXISTING, FEATURE_STREAM_RESET, Role, Summary};
 use tern_proto::{Control, Options};
 
-use crate::driver::receiver::{ReceiverParams, Receiving, WINDOW_BYTES, window_files_for};
+use crate::driver::receiver::{ReceiverParams, Receiving, WINDOW_BYTES, window_files_for, window_held_for};
 use crate::driver::sender::{Reopen, SendMemory, SenderParams, Sending};
 use crate::endpoint::Endpoint;
 use crate::error::{Scope, Side, TransferError};
@@ -207,6 +207,7 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
                 progress: Arc::new(Progress::default()),
                 window_bytes: WINDOW_BYTES,
                 window_files: window_files_for(options.concurrency),
+                window_held: window_held_for(options.concurrency),
                 filter: compile_filter(spec)?,
                 beneath: fence(&spec.fences.dst, Side::Destination)?,
                 allow_links_out: true,
@@ -680,6 +681,7 @@ fn run_local_role(run: ClientRun<'_>, options: Options, channel: Channel, stream
             progress: progress.clone(),
             window_bytes: WINDOW_BYTES,
             window_files: window_files_for(options.concurrency),
+            window_held: window_held_for(options.concurrency),
             filter: compile_filter(spec)?,
             beneath: fence(&spec.fences.dst, Side::Destination)?,
             allow_links_out: true,

@@ -8,7 +8,7 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -29,7 +29,7 @@ use crate::net::control::{CtrlReader, CtrlWriter};
 use crate::net::datastream::DataConn;
 use crate::net::seal::TAG_LEN;
 use crate::progress::Progress;
-use crate::store::fsops::{self, Beneath, DestRoot, Dir};
+use crate::store::fsops::{self, Beneath, DestRoot, Dir, Tag};
 use crate::store::hashing::hash_file;
 use crate::store::journal::{Journal, JournalHeader};
 use crate::store::layout::{self, Layout};
@@ -40,20 +40,27 @@ use crate::store::{self, Sink as _};
 pub const WINDOW_BYTES: u64 = 512 << 20;
 /// Files in flight by default. Keeping a long fat path busy with small files takes many: 1 Gb/s
 /// over 68 ms holds 2,000 files of 4 KiB, and each also waits for its batch to be made durable.
-/// A file in flight holds up to two descriptors at the receiver (its temporary, opened when its
-/// first chunk arrives, and its journal when it has more than one chunk); directories come from
-/// the directory cache, counted apart. So the window is what this process's descriptor limit
-/// allows after the directory cache and a reserve for sockets, the sender's open files (local
-/// copies run both sides in one process) and the walk: a quarter of the limit, 48 to 160.
-/// Each receiver computes its own: its limit paces the sender. Under `ulimit -n 256` that is
-/// 80 files (the 52,073-file Rust sysroot at 68 ms: 188 s with the earlier 21, which counted
-/// directories twice and kept 160 in reserve); a limit met anyway slows the window down.
-pub fn window_files() -> usize {
-    const MAX: usize = 16384;
+/// What a file in flight costs here is memory (its entry and state, a few hundred bytes), and
+/// the bytes window bounds its data; a one-chunk file holds no descriptor while it waits (it is
+/// opened, written and closed when its chunk arrives), so the descriptor limit does not bound
+/// this number: only [`window_held`] does, for files of more than one chunk.
+pub const WINDOW_FILES: usize = 16384;
+
+/// Files of more than one chunk in flight at once. Such a file holds two descriptors at the
+/// receiver while in flight (its temporary, opened when its first chunk arrives, and its
+/// journal); directories come from the shared directory cache, counted apart. So this is what
+/// this process's descriptor limit allows after the directory cache and a reserve for sockets,
+/// the sender's open files (local copies run both sides in one process), the walk, and the
+/// descriptors stream and finalizer threads hold for a moment (a one-chunk file's temporary
+/// while it is written, a directory evicted from the cache while it is used): a quarter of the
+/// limit, 48 to 160. Each receiver computes its own: its limit paces the sender. Under `ulimit -n
+/// 256` that is 80 large files, beside up to [`WINDOW_FILES`] one-chunk ones; a limit met anyway
+/// slows the window down.
+pub fn window_held() -> usize {
     const PER_FILE: usize = 2;
     let limit = descriptor_limit();
     let reserve = (limit / 4).clamp(48, 160);
-    (limit.saturating_sub(reserve + dir_cache_size()) / PER_FILE).clamp(4, MAX)
+    (limit.saturating_sub(reserve + dir_cache_size()) / PER_FILE).clamp(4, WINDOW_FILES)
 }
 
 /// How many directory descriptors the receiver keeps open for reuse.
@@ -61,9 +68,14 @@ pub fn dir_cache_size() -> usize {
     (descriptor_limit() / 8).clamp(16, 512)
 }
 
-/// A window the client asked for (`--concurrency`) never goes past what descriptors allow.
+/// Files in flight: what the client asked for (`--concurrency`), or [`WINDOW_FILES`].
 pub fn window_files_for(asked: u32) -> usize {
-    if asked == 0 { window_files() } else { (asked as usize).min(window_files()) }
+    if asked == 0 { WINDOW_FILES } else { (asked as usize).min(WINDOW_FILES) }
+}
+
+/// Of those, files of more than one chunk: never past what descriptors allow.
+pub fn window_held_for(asked: u32) -> usize {
+    window_files_for(asked).min(window_held())
 }
 
 /// This process's soft descriptor limit (1024 if it cannot be read).
@@ -81,6 +93,8 @@ pub struct ReceiverParams {
     /// Wanted-but-unfinished bytes and files: the flow-control window.
     pub window_bytes: u64,
     pub window_files: usize,
+    /// Of those, files of more than one chunk (each holds descriptors while in flight).
+    pub window_held: usize,
     /// `--exclude`/`--include` rules: `--delete` leaves what they exclude alone, as rsync does.
     pub filter: Filter,
     /// Daemon mode: the root every destination path must resolve beneath at the moment of use.
@@ -90,9 +104,46 @@ pub struct ReceiverParams {
     pub allow_links_out: bool,
 }
 
-/// A file being written, shared with the stream workers.
+/// The receiver's directory descriptors, shared by the main loop, the stream workers and the
+/// finalizer: opened beneath the root when first needed and kept up to `cap` (one is evicted to
+/// make room), so how many directories the files in flight span never decides how many
+/// descriptors are open. A thread holds a directory's descriptor only while it uses it.
+struct DirCache {
+    root: DestRoot,
+    cap: usize,
+    map: Mutex<HashMap<Vec<u8>, Arc<Dir>>>,
+}
+
+impl DirCache {
+    fn new(root: DestRoot) -> Self {
+        Self { root, cap: dir_cache_size(), map: Mutex::new(HashMap::new()) }
+    }
+
+    /// Directory `rel` beneath the root (empty: the root).
+    fn get(&self, rel: &[u8]) -> std::io::Result<Arc<Dir>> {
+        if let Some(d) = self.map.lock().unwrap().get(rel) {
+            return Ok(d.clone());
+        }
+        let dir = Arc::new(Dir::new(self.root.dir(rel)?)?);
+        let mut map = self.map.lock().unwrap();
+        if map.len() >= self.cap
+            && !map.contains_key(rel)
+            && let Some(evict) = map.keys().next().cloned()
+        {
+            map.remove(&evict);
+        }
+        map.insert(rel.to_vec(), dir.clone());
+        Ok(dir)
+    }
+}
+
+/// A file being written, shared with the stream workers. It holds no directory descriptor: it
+/// names its directory (`parent`, with the tag its temporary names came from) and takes the
+/// descriptor from the cache while it uses it.
 struct Sink {
-    parent: Arc<Dir>,
+    dirs: Arc<DirCache>,
+    parent: Vec<u8>,
+    tag: Tag,
     tmp: Vec<u8>,
     final_name: Vec<u8>,
     journal_name: Vec<u8>,
@@ -100,12 +151,19 @@ struct Sink {
     chunks: u64,
     mode: Option<u32>,
     mtime: Option<(i64, u32)>,
+    /// One chunk, `--verify full`: mode and mtime are set after the re-read, not when written
+    /// (a mode without read permission would refuse the re-read's open).
+    meta_late: bool,
     /// The temporary did not exist before: all-zero chunks may be left as holes.
     fresh: bool,
     /// End of the furthest byte written: a fresh file that reached its size needs no truncate.
     written_end: std::sync::atomic::AtomicU64,
-    /// The temporary, opened on the first chunk; or why it could not be (errno, text).
+    /// More than one chunk: the temporary, opened on the first chunk and kept open while the
+    /// file is in flight; or why it could not be (errno, text).
     file: OnceLock<Result<File, (Option<i32>, String)>>,
+    /// One chunk: the temporary was opened, written (length and metadata set) and closed when
+    /// the chunk arrived; its device and inode, for the check before the rename.
+    written: OnceLock<(u64, u64)>,
     journal: Option<Journal>,
     /// Chunks written (or resumed) in this part, one bit each: a second copy of a chunk is
     /// never written over the first, so the bytes published are the bytes verified.
@@ -125,9 +183,48 @@ impl Sink {
         let bit = 1 << (index % 64);
         self.claimed[(index / 64) as usize].fetch_or(bit, Relaxed) & bit == 0
     }
-    fn file(&self) -> std::io::Result<&File> {
+    /// Whether the file is one chunk, so it holds no descriptor while in flight.
+    fn single(&self) -> bool {
+        self.chunks <= 1
+    }
+    /// The file's directory, the very one its temporary names were made for (beneath the root).
+    fn dir(&self) -> std::io::Result<Arc<Dir>> {
+        let dir = fsops::waiting_for_descriptors(|| self.dirs.get(&self.parent))?;
+        if dir.tag != self.tag {
+            return Err(std::io::Error::other("its directory was replaced while the file was in flight"));
+        }
+        Ok(dir)
+    }
+    /// A one-chunk file's data: open its temporary, write, set length and metadata, start the
+    /// writeback (`write_behind`), record its identity, close. Err: what failed and the error.
+    fn write_whole(&self, data: &[u8], off: u64, write_behind: bool) -> Result<(), (&'static str, std::io::Error)> {
+        debug_assert!(self.single());
+        let dir = self.dir().map_err(|e| ("cannot open the directory", e))?;
         // Out of descriptors, the stream waits for files in flight to land and give theirs back.
-        self.file.get_or_init(|| fsops::waiting_for_descriptors(|| fsops::open_temp(&*self.parent, &self.tmp)).map_err(|e| (e.raw_os_error(), err_text(&e)))).as_ref().map_err(
+        let file = fsops::waiting_for_descriptors(|| fsops::open_temp(&*dir, &self.tmp)).map_err(|e| ("cannot create temporary file", e))?;
+        let end = if self.fresh { crate::store::posix::write_sparse(&file, data, off) } else { file.write_all_at(data, off).map(|_| off + data.len() as u64) };
+        let end = end.map_err(|e| ("write failed", e))?;
+        // A trailing hole, or a longer stale temporary.
+        if end != self.size || !self.fresh {
+            file.set_len(self.size).map_err(|e| ("cannot set length", e))?;
+        }
+        if !self.meta_late {
+            fsops::set_meta(&file, self.mode, self.mtime).map_err(|e| ("cannot set mode/mtime", e))?;
+        }
+        if write_behind {
+            // Asynchronous: queues the file for writeback and returns (no wait).
+            unsafe {
+                libc::sync_file_range(std::os::fd::AsRawFd::as_raw_fd(&file), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
+            }
+        }
+        let st = rustix::fs::fstat(&file).map_err(|e| ("cannot stat", e.into()))?;
+        let _ = self.written.set((st.st_dev, st.st_ino));
+        Ok(())
+    }
+    fn file(&self) -> std::io::Result<&File> {
+        debug_assert!(!self.single());
+        // Out of descriptors, the stream waits for files in flight to land and give theirs back.
+        self.file.get_or_init(|| self.dir().and_then(|dir| fsops::waiting_for_descriptors(|| fsops::open_temp(&*dir, &self.tmp))).map_err(|e| (e.raw_os_error(), err_text(&e)))).as_ref().map_err(
             |(code, text)| match code {
                 Some(code) => std::io::Error::from_raw_os_error(*code),
                 None => std::io::Error::other(text.clone()),
@@ -211,7 +308,8 @@ struct Ctx<'a> {
     writer: &'a CtrlWriter,
     layout: Option<Layout>,
     root: Option<DestRoot>,
-    dirs: HashMap<Vec<u8>, Arc<Dir>>,
+    /// Directory descriptors, shared with the stream workers and the finalizer (with `root`).
+    dirs: Option<Arc<DirCache>>,
     /// Directories this session created: nothing stood in them, so no stat, no stale
     /// temporary or journal to look for (a metadata round trip each on Lustre or NFS).
     fresh_dirs: HashSet<Vec<u8>>,
@@ -283,12 +381,12 @@ impl Receiving {
         };
         let mut ctx = Ctx {
             p: &p,
-            machine: decide::Receiver::new(decide::Window { bytes: p.window_bytes, files: p.window_files }, p.options.chunk_size),
+            machine: decide::Receiver::new(decide::Window { bytes: p.window_bytes, files: p.window_files, held: p.window_held.min(p.window_files) }, p.options.chunk_size),
             stashed: HashMap::new(),
             writer: &writer,
             layout: None,
             root: None,
-            dirs: HashMap::new(),
+            dirs: None,
             fresh_dirs: HashSet::new(),
             refused_dirs: HashSet::new(),
             sinks: sinks.clone(),
@@ -383,6 +481,13 @@ fn main_loop(ctx: &mut Ctx, rx: &Receiver<Event>, spawn: &mut dyn FnMut(DataConn
             }
         }
         if ctx.machine.is_finished() {
+            let (files, held) = ctx.machine.peak();
+            tracing::debug!(
+                "files in flight: at most {files} at once, {held} of them holding descriptors (window {} files, {} holding; descriptor limit {})",
+                ctx.p.window_files,
+                ctx.p.window_held,
+                descriptor_limit()
+            );
             finish(ctx)?;
             ctx.writer.send(&Control::Summary(ctx.summary))?;
             return await_bye(ctx, rx);
@@ -488,6 +593,7 @@ fn trouble(kind: ErrorKind) -> Trouble {
 }
 
 const MISMATCH: &str = "whole-file hash";
+const REPLACED: &str = "the temporary file was replaced or removed while it was written (another process in this directory?); nothing was renamed into place";
 
 /// Frame `seq` of stream `index` failed authentication (`Event::StreamCorrupt`). `skipped`: the
 /// worker skipped it and reads on; the sender sends that chunk again. Otherwise the stream lost
@@ -565,9 +671,11 @@ fn drive(ctx: &mut Ctx) -> Result<(), TransferError> {
             }
             Action::Abandon { id } => {
                 // Throw the partial state away before the file starts over.
-                if let Some(sink) = ctx.sinks.write().unwrap().remove(&id) {
-                    let _ = fsops::unlink_at(&*sink.parent, &sink.journal_name);
-                    let _ = fsops::unlink_at(&*sink.parent, &sink.tmp);
+                if let Some(sink) = ctx.sinks.write().unwrap().remove(&id)
+                    && let Ok(dir) = sink.dir()
+                {
+                    let _ = fsops::unlink_at(&*dir, &sink.journal_name);
+                    let _ = fsops::unlink_at(&*dir, &sink.tmp);
                 }
             }
             Action::Done { id, payload, outcome } => {
@@ -619,28 +727,19 @@ fn count_failed(ctx: &mut Ctx, rel: &[u8]) {
     }
 }
 
+/// Directory `rel` (created if missing), from the cache: bounded by the descriptor limit, a wide
+/// tree never holds one descriptor per directory.
 fn dir_fd(ctx: &mut Ctx, rel: &[u8]) -> std::io::Result<Arc<Dir>> {
-    if let Some(fd) = ctx.dirs.get(rel) {
-        return Ok(fd.clone());
-    }
-    let root = ctx.root.as_ref().unwrap();
-    let fd = match root.dir(rel) {
-        Ok(fd) => fd,
+    let dirs = ctx.dirs.clone().expect("the destination root is open");
+    match dirs.get(rel) {
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-            if root.mkdir_all(rel)? {
+            if ctx.root.as_ref().unwrap().mkdir_all(rel)? {
                 ctx.fresh_dirs.insert(rel.to_vec());
             }
-            root.dir(rel)?
+            dirs.get(rel)
         }
-        Err(e) => return Err(e),
-    };
-    // Bounded by the descriptor limit: a wide tree must not hold one descriptor per directory.
-    if ctx.dirs.len() >= crate::driver::receiver::dir_cache_size() {
-        ctx.dirs.clear();
+        r => r,
     }
-    let fd = Arc::new(Dir::new(fd)?);
-    ctx.dirs.insert(rel.to_vec(), fd.clone());
-    Ok(fd)
 }
 
 /// Why an entry may not land at `rel`, if it may not: its name is in tern's own namespace in
@@ -670,8 +769,11 @@ fn init_layout(ctx: &mut Ctx, first: &Entry) -> Result<(), TransferError> {
     let p = ctx.p;
     let beneath = p.beneath.as_deref();
     let l = layout::decide(beneath, &p.destination, p.options.contents(), p.multi_source, first, p.options.dry_run())?;
-    match DestRoot::open(beneath, &l.root) {
-        Ok(r) => ctx.root = Some(r),
+    match DestRoot::open(beneath, &l.root).and_then(|r| Ok((r.try_clone()?, r))) {
+        Ok((for_dirs, r)) => {
+            ctx.root = Some(r);
+            ctx.dirs = Some(Arc::new(DirCache::new(for_dirs)));
+        }
         // A dry run to a destination that does not exist yet: nothing there to compare.
         Err(err) if p.options.dry_run() && err.raw_os_error() == Some(libc::ENOENT) => {}
         Err(err) => return Err(TransferError::io(Side::Destination, l.root.display().to_string(), "cannot open", &err).into_fatal()),
@@ -906,7 +1008,9 @@ fn prepare(ctx: &mut Ctx, id: u64, start_over: bool) -> Result<Vec<(u64, [u8; 32
     }
     let preserve = ctx.p.options.preserve();
     let sink = Arc::new(Sink {
-        parent: dir,
+        dirs: ctx.dirs.clone().expect("the destination root is open"),
+        parent: parent(&rel).to_vec(),
+        tag: dir.tag,
         tmp,
         final_name: name.to_vec(),
         journal_name: jname,
@@ -914,9 +1018,11 @@ fn prepare(ctx: &mut Ctx, id: u64, start_over: bool) -> Result<Vec<(u64, [u8; 32
         chunks,
         mode: preserve.then_some(e.mode),
         mtime: preserve.then_some((e.mtime_s, e.mtime_ns)),
+        meta_late: ctx.p.options.verify_full(),
         fresh,
         written_end: Default::default(),
         file: OnceLock::new(),
+        written: OnceLock::new(),
         journal,
         claimed: Sink::claimed_bits(chunks, &resumed),
     });
@@ -1145,6 +1251,19 @@ fn recv_worker(mut conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_si
         if !sink.claim(h.index) {
             continue; // a second copy (a peer resending a frame already taken): keep the first
         }
+        let whole = h.flags & FLAG_WHOLE_FILE != 0;
+        if sink.single() {
+            // Opened, written and closed now: a one-chunk file holds no descriptor in flight.
+            match sink.write_whole(data, off, write_behind) {
+                Ok(()) => {
+                    let _ = events.send(Event::ChunkOk { id: h.file_id, index: h.index, hash, len: len as u32, whole });
+                }
+                Err((what, error)) => {
+                    let _ = events.send(Event::WriteFailed { id: h.file_id, error, what });
+                }
+            }
+            continue;
+        }
         let file = match sink.file() {
             Ok(f) => f,
             Err(error) => {
@@ -1175,7 +1294,6 @@ fn recv_worker(mut conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_si
             let _ = events.send(Event::WriteFailed { id: h.file_id, error: e, what: "cannot write journal" });
             continue;
         }
-        let whole = h.flags & FLAG_WHOLE_FILE != 0;
         let _ = events.send(Event::ChunkOk { id: h.file_id, index: h.index, hash, len: len as u32, whole });
     }
 }
@@ -1235,14 +1353,15 @@ fn finalizer(rx: Receiver<ToFinalize>, events: Sender<Event>, fsync: bool, verif
         .flatten()
         .collect();
         batch.clear();
-        if fsync && let Some((_, first)) = ready.first() {
-            // One syncfs makes the whole batch durable before any of it is renamed.
-            let _ = rustix::fs::syncfs(&*first.parent);
+        if fsync && let Some(Ok(dir)) = ready.first().map(|(_, first)| first.dir()) {
+            // One syncfs makes the whole batch durable before any of it is renamed (closed
+            // one-chunk temporaries included: syncfs writes back the file system's dirty data).
+            let _ = rustix::fs::syncfs(&*dir);
         }
-        in_parallel(&ready, |(id, sink)| match fsops::rename_at(&*sink.parent, &sink.tmp, &sink.final_name) {
-            Ok(()) => {
+        in_parallel(&ready, |(id, sink)| match sink.dir().and_then(|dir| fsops::rename_at(&*dir, &sink.tmp, &sink.final_name).map(|()| dir)) {
+            Ok(dir) => {
                 if sink.journal.is_some() {
-                    let _ = fsops::unlink_at(&*sink.parent, &sink.journal_name);
+                    let _ = fsops::unlink_at(&*dir, &sink.journal_name);
                 }
                 let _ = events.send(Event::Finalized { id: *id });
             }
@@ -1274,6 +1393,9 @@ fn in_parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec
 /// Length, metadata and (with `--verify full`) a re-read from storage, before the rename.
 fn prepare_final(sink: &Sink, verify_full: bool, chunk_size: u32, expected: &[u8; 32]) -> Result<(), (ErrorKind, String)> {
     let io = |what: &str, e: std::io::Error| (ErrorKind::of_io(&e), format!("{what}: {}", err_text(&e)));
+    if sink.single() {
+        return prepare_final_single(sink, verify_full, chunk_size, expected);
+    }
     let file = sink.file().map_err(|e| io("cannot create temporary file", e))?;
     // A fresh file whose last byte was written already has its length; otherwise a hole at the
     // end, or a longer stale temporary, needs the truncate.
@@ -1295,8 +1417,44 @@ fn prepare_final(sink: &Sink, verify_full: bool, chunk_size: u32, expected: &[u8
     // What the rename will move must be the file that was written and verified: if anything
     // else took the temporary's name meanwhile, land nothing.
     let written = rustix::fs::fstat(file).map_err(|e| io("cannot stat", e.into()))?;
-    match fsops::stat_at(&*sink.parent, &sink.tmp) {
-        Ok(Some(st)) if (st.st_dev, st.st_ino) == (written.st_dev, written.st_ino) => Ok(()),
-        _ => Err((ErrorKind::Other, "the temporary file was replaced or removed while it was written (another process in this directory?); nothing was renamed into place".into())),
+    still_the_one_written(sink, (written.st_dev, written.st_ino))
+}
+
+/// What the rename will move must be the file that was written and verified: if anything else
+/// took the temporary's name meanwhile, land nothing.
+fn still_the_one_written(sink: &Sink, written: (u64, u64)) -> Result<(), (ErrorKind, String)> {
+    let dir = sink.dir().map_err(|e| (ErrorKind::of_io(&e), format!("cannot open the directory: {}", err_text(&e))))?;
+    match fsops::stat_at(&*dir, &sink.tmp) {
+        Ok(Some(st)) if (st.st_dev, st.st_ino) == written => Ok(()),
+        _ => Err((ErrorKind::Other, REPLACED.into())),
     }
+}
+
+/// `prepare_final` for a one-chunk file, whose temporary was closed once written: with `--verify
+/// full` it is opened again (by name beneath its directory, never through a link) to be re-read;
+/// either way its name must still hold the file written.
+fn prepare_final_single(sink: &Sink, verify_full: bool, chunk_size: u32, expected: &[u8; 32]) -> Result<(), (ErrorKind, String)> {
+    let io = |what: &str, e: std::io::Error| (ErrorKind::of_io(&e), format!("{what}: {}", err_text(&e)));
+    let Some(&written) = sink.written.get() else {
+        return Err((ErrorKind::Other, "its data was never written; nothing was renamed into place".into()));
+    };
+    if verify_full {
+        let dir = sink.dir().map_err(|e| io("cannot open the directory", e))?;
+        let file = fsops::waiting_for_descriptors(|| fsops::open_read(&*dir, &sink.tmp)).map_err(|e| io("cannot re-read for verification", e))?;
+        let st = rustix::fs::fstat(&file).map_err(|e| io("cannot stat", e.into()))?;
+        if (st.st_dev, st.st_ino) != written {
+            return Err((ErrorKind::Other, REPLACED.into()));
+        }
+        file.sync_data().map_err(|e| io("cannot flush", e))?;
+        // Drop our cached pages so the re-read comes from storage, not memory.
+        unsafe {
+            libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&file), 0, 0, libc::POSIX_FADV_DONTNEED);
+        }
+        let have = hash_file(&file, sink.size, chunk_size).map_err(|e| io("cannot re-read for verification", e))?;
+        if &have != expected {
+            return Err((ErrorKind::WholeFileMismatch, format!("{MISMATCH} of the written data does not match on re-read (--verify full); storage corrupted it")));
+        }
+        fsops::set_meta(&file, sink.mode, sink.mtime).map_err(|e| io("cannot set mode/mtime", e))?;
+    }
+    still_the_one_written(sink, written)
 }

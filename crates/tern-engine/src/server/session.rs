@@ -220,6 +220,7 @@ pub fn serve_session(halves: ControlHalves, streams: Receiver<PendingStream>, se
                 progress,
                 window_bytes: crate::driver::receiver::WINDOW_BYTES,
                 window_files: crate::driver::receiver::window_files_for(options.concurrency),
+                window_held: crate::driver::receiver::window_held_for(options.concurrency),
                 filter,
                 beneath,
                 allow_links_out: daemon.is_some_and(|d| d.allow_links_out),

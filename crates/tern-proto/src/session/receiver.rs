@@ -40,8 +40,13 @@ pub const MAX_LIMIT_WAITS: u32 = 50;
 pub struct Window {
     /// Wanted-but-not-arrived bytes: new files are asked for while fewer are outstanding.
     pub bytes: u64,
-    /// Files wanted or being finalized at once (each holds descriptors on the driver's side).
+    /// Files wanted or being finalized at once (memory on the driver's side).
     pub files: usize,
+    /// Of those, files of more than one chunk: each holds descriptors on the driver's side
+    /// (its part and journal stay open while it is in flight). A one-chunk file is opened,
+    /// written and closed when its data arrives, so it holds none while it waits: only this
+    /// count, not `files`, follows the descriptor limit.
+    pub held: usize,
 }
 
 /// What the sender announced about a file.
@@ -134,9 +139,14 @@ pub struct Receiver<T> {
     outstanding_bytes: u64,
     /// Files in `Receiving`.
     receiving: usize,
-    /// Files in `Finalizing`: they still hold descriptors, so they count against the files
-    /// window (not against the bytes window: their data is here).
+    /// Files in `Finalizing`: they count against the files window (not against the bytes
+    /// window: their data is here).
     finalizing: usize,
+    /// Files of more than one chunk in `Receiving` or `Finalizing` (against `window.held`).
+    holding: usize,
+    /// The most files in flight at once, and the most holding descriptors (for the driver's
+    /// log and tests).
+    peak: (usize, usize),
     manifest_end: bool,
     stopped: bool,
     actions: VecDeque<Action<T>>,
@@ -144,7 +154,7 @@ pub struct Receiver<T> {
 
 impl<T> Receiver<T> {
     pub fn new(window: Window, chunk_size: u32) -> Self {
-        assert!(window.bytes > 0 && window.files > 0, "an empty window moves nothing");
+        assert!(window.bytes > 0 && window.files > 0 && window.held > 0, "an empty window moves nothing");
         Self {
             window,
             chunk_size,
@@ -157,6 +167,8 @@ impl<T> Receiver<T> {
             outstanding_bytes: 0,
             receiving: 0,
             finalizing: 0,
+            holding: 0,
+            peak: (0, 0),
             manifest_end: false,
             stopped: false,
             actions: VecDeque::new(),
@@ -211,9 +223,12 @@ impl<T> Receiver<T> {
         let missing: u64 = ranges.iter().flat_map(|&(s, c)| s..s + u64::from(c)).map(|i| u64::from(chunk_range(f.spec.size, chunk_size, i).1)).sum();
         f.state = State::Receiving;
         f.outstanding = missing;
+        let holds = assembly.chunks() > 1;
         f.assembly = Some(assembly);
         self.outstanding_bytes += missing;
         self.receiving += 1;
+        self.holding += usize::from(holds);
+        self.peak = (self.peak.0.max(self.receiving + self.finalizing), self.peak.1.max(self.holding));
         self.batch.push(WantFile { id, ranges });
         // A file the store already holds whole (or an empty one) waits only for the hash.
     }
@@ -326,6 +341,8 @@ impl<T> Receiver<T> {
         assert_eq!(f.state, State::Finalizing, "file {id} was not being finalized");
         if trouble == Trouble::WholeFileMismatch && f.retries < MAX_FILE_RETRIES {
             self.finalizing -= 1;
+            let size = f.spec.size;
+            self.holding -= usize::from(self.holds(size));
             self.start_over(id);
             return;
         }
@@ -347,9 +364,10 @@ impl<T> Receiver<T> {
         // Fill the whole window now, in messages of at most MAX_WANT_BATCH files: waiting for
         // the next input between messages would let a path with many small files run dry.
         if self.batch.len() < MAX_WANT_BATCH
-            && self.has_room()
-            && let Some(id) = self.pending.pop_front()
+            && let Some(&next) = self.pending.front()
+            && self.has_room(next)
         {
+            let id = self.pending.pop_front().expect("peeked");
             let f = self.files.get_mut(&id).expect("a pending file is held");
             debug_assert_eq!(f.state, State::Pending);
             f.state = State::Preparing;
@@ -362,8 +380,17 @@ impl<T> Receiver<T> {
         None
     }
 
-    fn has_room(&self) -> bool {
-        self.receiving + self.finalizing < self.files_allowed && self.outstanding_bytes < self.window.bytes
+    /// Whether file `id` may be set up now. A file of more than one chunk also needs a place
+    /// among those holding descriptors; the queue stays in order (no file overtakes one
+    /// waiting for that place), so the sender's walk order is kept.
+    fn has_room(&self, id: u64) -> bool {
+        let holds = self.files.get(&id).is_some_and(|f| self.holds(f.spec.size));
+        self.receiving + self.finalizing < self.files_allowed && self.outstanding_bytes < self.window.bytes && (!holds || self.holding < self.window.held)
+    }
+
+    /// Whether a file of this size holds descriptors while in flight (more than one chunk).
+    fn holds(&self, size: u64) -> bool {
+        crate::chunk::chunk_count(size, self.chunk_size) > 1
     }
 
     /// A verified file goes to be finalized; a file whose chunks add up to another file
@@ -377,6 +404,7 @@ impl<T> Receiver<T> {
         assert_eq!(f.outstanding, 0, "file {id} complete with bytes outstanding");
         self.receiving -= 1;
         if a.verify().is_err() {
+            self.holding -= usize::from(a.chunks() > 1);
             // A journal from an older version of the source, say: start this file over once.
             self.actions.push_back(Action::Abandon { id });
             f.state = State::Pending;
@@ -423,6 +451,9 @@ impl<T> Receiver<T> {
     /// Takes the file out of the window and the machine.
     fn finish(&mut self, id: u64, outcome: Outcome) {
         let f = self.files.remove(&id).expect("caller checked");
+        if matches!(f.state, State::Receiving | State::Finalizing) && self.holds(f.spec.size) {
+            self.holding -= 1;
+        }
         match f.state {
             State::Receiving => {
                 assert!(self.outstanding_bytes >= f.outstanding);
@@ -462,6 +493,9 @@ impl<T> Receiver<T> {
         }
         assert_eq!(bytes, self.outstanding_bytes, "outstanding bytes disagree with the files");
         assert_eq!((receiving, finalizing), (self.receiving, self.finalizing), "file counts disagree");
+        let holding = self.files.values().filter(|f| matches!(f.state, State::Receiving | State::Finalizing) && self.holds(f.spec.size)).count();
+        assert_eq!(holding, self.holding, "files holding descriptors disagree with the files");
+        assert!(self.holding <= self.window.held, "{} files hold descriptors, window {}", self.holding, self.window.held);
         assert!(self.files_allowed >= 1 && self.files_allowed <= self.window.files);
         assert!(self.pending.len() <= self.files.len());
     }
@@ -470,6 +504,17 @@ impl<T> Receiver<T> {
     /// progress and the simulation's window checks).
     pub fn in_flight(&self) -> (u64, usize) {
         (self.outstanding_bytes, self.receiving + self.finalizing)
+    }
+
+    /// Files of more than one chunk in flight (each holds descriptors on the driver's side).
+    pub fn holding(&self) -> usize {
+        self.holding
+    }
+
+    /// The most files in flight at once in this session, and the most of them holding
+    /// descriptors.
+    pub fn peak(&self) -> (usize, usize) {
+        self.peak
     }
 }
 
@@ -480,7 +525,7 @@ mod tests {
     const CHUNK: u32 = 64 << 10;
 
     fn machine(bytes: u64, files: usize) -> Receiver<&'static str> {
-        Receiver::new(Window { bytes, files }, CHUNK)
+        Receiver::new(Window { bytes, files, held: files }, CHUNK)
     }
 
     fn spec(id: u64, size: u64) -> FileSpec {
@@ -527,6 +572,35 @@ mod tests {
         let a = drain(&mut r);
         assert!(matches!(&a[0], Action::Done { id: 0, outcome: Outcome::Landed, .. }));
         assert!(a.iter().any(|a| matches!(a, Action::Want(w) if w[0].id == 2)), "the landed file's place goes to the next");
+    }
+
+    #[test]
+    fn one_chunk_files_fill_the_window_past_the_files_holding_descriptors() {
+        // Two files may hold descriptors (the descriptor limit's share), 64 may be in flight.
+        let mut r = Receiver::new(Window { bytes: 1 << 30, files: 64, held: 2 }, CHUNK);
+        for id in 0..40 {
+            r.announce(spec(id, 100), "small");
+        }
+        let big = 3 * u64::from(CHUNK);
+        for id in 40..44 {
+            r.announce(spec(id, big), "big");
+        }
+        r.announce(spec(44, 100), "small after the big ones");
+        let wanted: Vec<u64> = drain(&mut r).iter().filter_map(|a| if let Action::Want(w) = a { Some(w.iter().map(|w| w.id).collect::<Vec<_>>()) } else { None }).flatten().collect();
+        assert_eq!(wanted, (0..42).collect::<Vec<_>>(), "every one-chunk file and two of the larger ones; the queue keeps its order");
+        assert_eq!((r.in_flight().1, r.holding()), (42, 2));
+        // A one-chunk file landing frees no descriptor: the third large file still waits.
+        complete(&mut r, 0, 100);
+        drain(&mut r);
+        r.finalized(0);
+        assert!(!drain(&mut r).iter().any(|a| matches!(a, Action::Want(_))));
+        // A large one landing lets the next in.
+        complete(&mut r, 40, big);
+        drain(&mut r);
+        r.finalized(40);
+        let a = drain(&mut r);
+        assert!(a.iter().any(|a| matches!(a, Action::Want(w) if w[0].id == 42)), "{a:?}");
+        assert_eq!(r.peak(), (42, 2));
     }
 
     #[test]
