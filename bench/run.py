@@ -41,15 +41,17 @@ NS_A, NS_B = "tern-a", "tern-b"
 DATA = "/dev/shm/tern-bench"
 PORTS = {"ssh": 2222, "gridftp": 2811, "xrootd": 1094, "tern": 7700, "iperf3": 5201}
 
-ALL_TOOLS = ["iperf3", "scp", "rsync", "rsync4", "globus-url-copy", "rclone", "xrdcp", "bbcp", "tern-first", "tern-ssh", "tern-daemon", "tern-ssh-base"]
+ALL_TOOLS = ["iperf3", "scp", "rsync", "rsync4", "globus-url-copy", "rclone", "xrdcp", "bbcp", "bbcp-tar", "tern-first", "tern-ssh", "tern-daemon", "tern-ssh-base"]
 # tern-ssh-base: tern-ssh with another build (TERN_BASE_BIN), for old-against-new in one run.
 BASE = os.environ.get("TERN_BASE_BIN")
 BBCP = shutil.which("bbcp", path="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-PEERS = ["scp", "rsync", "rsync4", "globus-url-copy", "rclone", "xrdcp", "bbcp"]
+PEERS = ["scp", "rsync", "rsync4", "globus-url-copy", "rclone", "xrdcp", "bbcp", "bbcp-tar"]
 # tern-first: tern as a new user meets it (no flags, fresh ssh login, no tern on the far side:
 # it installs itself in a fresh cache each run). tern-ssh: the second use (tern already there).
 # rsync4: four rsyncs over a size-balanced split of the files (bench/rsync-parallel.sh).
-# bbcp: not in Debian; built from source by bench/install-bbcp.sh into /usr/local/bin.
+# bbcp: not in Debian; built from source by bench/install-bbcp.sh into /usr/local/bin. bbcp-tar:
+# the same flags with bbcp's documented idiom for trees of many files, tar piped through bbcp
+# (-N io: both ends are programs), since bbcp -r copies one file after another.
 FULL_PATHS = ["lan", "alcf-ncsa", "olcf-alcf", "olcf-nersc", "olcf-nersc-lossy"]
 QUICK_PATHS = ["lan", "olcf-nersc"]
 FULL_PROFILES = ["hacc:2G", "six:2G", "one:2G", "small:1"]
@@ -147,7 +149,7 @@ class Servers:
         os.chmod(self.tmp, 0o755)
         if "iperf3" in tools:
             self._spawn("iperf3", ns(NS_B, ["iperf3", "-s", "-B", B, "-p", str(PORTS["iperf3"])]), PORTS["iperf3"])
-        if {"scp", "rsync", "rsync4", "rclone", "bbcp", "tern-ssh", "tern-first", "tern-ssh-base"} & set(tools):
+        if {"scp", "rsync", "rsync4", "rclone", "bbcp", "bbcp-tar", "tern-ssh", "tern-first", "tern-ssh-base"} & set(tools):
             self.start_sshd()
         if "globus-url-copy" in tools:
             self._spawn("gridftp", ns(NS_B, [
@@ -257,6 +259,13 @@ def tool_cmd(tool, src, dst_root, srv, nfiles):
         # 8 streams are needed to fill the path). -r: the tree.
         xeq = f"{ssh} -x -a -l %U %H {BBCP}"
         return [BBCP, "-r", "-s", "8", "-w", "8m", "-T", xeq, src, f"root@{B}:{dst_root}/"], f"{dst_root}/data"
+    if tool == "bbcp-tar":
+        # -N io: the input and the output are programs (bbcp splits them on spaces: the bench's
+        # paths have none); one stream of bytes, so no per-file round trips.
+        xeq = f"{ssh} -x -a -l %U %H {BBCP}"
+        parent, base = os.path.split(src)
+        return [BBCP, "-s", "8", "-w", "8m", "-N", "io", "-T", xeq, f"tar -cf - -C {parent} {base}",
+                f"root@{B}:tar -xf - -C {dst_root}"], f"{dst_root}/{base}"
     if tool == "rsync4":
         return [os.path.join(HERE, "rsync-parallel.sh"), "4", ssh, src, f"root@{B}:{dst_root}/data"], f"{dst_root}/data"
     if tool in ("tern-ssh", "tern-ssh-base"):
@@ -787,12 +796,12 @@ def main():
                     if tool == "iperf3":
                         continue
                     cell = cells[tool] = {"bytes": meta["bytes"], "runs": []}
-                    server = {"scp": "sshd", "rsync": "sshd", "rsync4": "sshd", "rclone": "sshd", "bbcp": "sshd", "tern-ssh": "sshd", "tern-first": "sshd", "tern-ssh-base": "sshd",
+                    server = {"scp": "sshd", "rsync": "sshd", "rsync4": "sshd", "rclone": "sshd", "bbcp": "sshd", "bbcp-tar": "sshd", "tern-ssh": "sshd", "tern-first": "sshd", "tern-ssh-base": "sshd",
                               "globus-url-copy": "gridftp", "xrdcp": "xrootd", "tern-daemon": "tern"}[tool]
                     if tool.startswith("tern") and missing_tern:
                         cell["status"], cell["reason"] = "NOT BUILT", missing_tern
                         continue
-                    if tool == "bbcp" and not BBCP:
+                    if tool.startswith("bbcp") and not BBCP:
                         cell["status"], cell["reason"] = "FAILED", "bbcp not installed (bench/install-bbcp.sh SRC)"
                         continue
                     if server not in srv.procs:
