@@ -325,6 +325,7 @@ def run_copy(tool, src, meta, srv, timeout):
     res["client_cpu_s"] = round(children_cpu() - client_cpu0, 3)
     res["server_cpu_s"] = round(ns_cpu(NS_B) - server_cpu0, 3)
     res["seconds"] = round(wall, 3)
+    res["loadavg_1m"] = round(os.getloadavg()[0], 2)  # the box is shared: other work slows every tool
     if tool.startswith("tern"):
         for line in reversed(out.splitlines()):
             if line.startswith("{"):
@@ -546,7 +547,13 @@ def write_report(results, outbase):
     L = [f"# tern bench: {results['name']}", "",
          f"{env['date']} · commit `{env['commit']}` · {env['host']} · kernel {env['kernel']} · {env['cpus']} CPUs · "
          f"mode {'quick' if results['quick'] else 'full'} · {results['reps']} rep(s) per cell, median shown",
-         "",
+         ""]
+    loads = [r["loadavg_1m"] for pr in results["paths"].values() for c in pr["profiles"].values()
+             for t in c.values() for r in t.get("runs", []) if "loadavg_1m" in r]
+    if loads:
+        L += [f"Load average (1 min, {env['cpus']} CPUs) at the end of each copy: {min(loads):.1f}–{max(loads):.1f}, "
+              f"median {statistics.median(loads):.1f} (the bed itself accounts for about 1–2: delay line, client, server; more means other work on the box competed with the copies).", ""]
+    L += [
          f"**Data lives on tmpfs ({DATA}), not disk**: these are network + CPU results, the disk is not measured. "
          f"Paths are emulated by `tern-delayline` between namespaces tern-a → tern-b: rate cap {results['rate']} bit/s "
          f"per direction, MTU {results['mtu']}, congestion control {results['cc']}, "
