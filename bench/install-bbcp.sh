@@ -44,7 +44,7 @@ install-bbcp.sh: no bbcp source${src:+ at '$src'}.
     git clone https://github.com/eeertekin/bbcp /path/to/bbcp
     bench/install-bbcp.sh /path/to/bbcp        # or: BBCP_SRC=/path/to/bbcp bench/install-peers.sh
   (upstream: https://www.slac.stanford.edu/~abh/bbcp/). Without it bench/run.py's bbcp rows
-  say FAILED (bbcp not installed); every other tool works.
+  say NOT INSTALLED (not a failure); every other tool works.
 EOF
   exit 2
 fi
