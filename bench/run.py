@@ -255,8 +255,9 @@ def tool_cmd(tool, src, dst_root, srv, nfiles):
         # the user and host), here the bench's sshd, fresh login like the others. The data goes
         # over -s 8 parallel TCP streams (default 4) opened by bbcp itself, outside ssh, with no
         # encryption; -w 8m: 8 MiB buffers ~ one BDP of 1 Gb/s x 68 ms (bbcp leaves the kernel's
-        # socket-buffer autotuning on unless -w =SIZE; the untuned bed caps buffers at 4 MiB, so
-        # 8 streams are needed to fill the path). -r: the tree.
+        # socket-buffer autotuning on unless -w =SIZE; the untuned bed caps send buffers at 4 MiB,
+        # ~0.4 Gb/s per stream at 68 ms, so one stream cannot fill the path; -s 4 measured the same
+        # on six:128M, -s 16 slower: bench/README.md). -r: the tree.
         xeq = f"{ssh} -x -a -l %U %H {BBCP}"
         return [BBCP, "-r", "-s", "8", "-w", "8m", "-T", xeq, src, f"root@{B}:{dst_root}/"], f"{dst_root}/data"
     if tool == "bbcp-tar":
