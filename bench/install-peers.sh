@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install the peer tools the bench compares tern against (Debian 12 packages).
+# Install the peer tools the bench compares tern against (Debian 12 packages; bbcp, which
+# Debian lacks, from a source copy in BBCP_SRC via bench/install-bbcp.sh, if given).
 # Idempotent: apt-get only installs what is missing; services the packages would
 # start at boot are stopped/disabled because bench/run.py starts its own instances
 # inside the test namespaces.
@@ -45,9 +46,19 @@ if command -v systemctl >/dev/null && [[ -d /run/systemd/system ]]; then
   done
 fi
 
+# bbcp is in no Debian repository: bench/install-bbcp.sh builds it from a source copy given in
+# BBCP_SRC (directory, tarball or git dir). Optional: without a source this is one line, not an error.
+if [[ -n ${BBCP_SRC:-} ]]; then
+  "$(dirname "$0")/install-bbcp.sh" "$BBCP_SRC" || echo "bbcp: NOT installed (install-bbcp.sh failed, see above); the bench's bbcp rows will say so"
+elif command -v bbcp >/dev/null; then
+  echo "bbcp: already installed ($(command -v bbcp))"
+else
+  echo "bbcp: skipped (not in Debian; set BBCP_SRC=/path/to/bbcp-source, see bench/install-bbcp.sh)"
+fi
+
 echo "versions:"
 for c in "iperf3 --version" "ssh -V" "rsync --version" "globus-url-copy -version" \
-         "globus-gridftp-server -version" "xrdcp --version" "rclone version" \
+         "globus-gridftp-server -version" "xrdcp --version" "rclone version" "bbcp -#" \
          "/usr/bin/python3 -c 'import matplotlib; print(\"matplotlib\", matplotlib.__version__)'"; do
   out=$(bash -c "$c" 2>&1 | head -1) || true
   printf '  %-32s %s\n' "${c%% *}" "$out"

@@ -41,13 +41,17 @@ NS_A, NS_B = "tern-a", "tern-b"
 DATA = "/dev/shm/tern-bench"
 PORTS = {"ssh": 2222, "gridftp": 2811, "xrootd": 1094, "tern": 7700, "iperf3": 5201}
 
-ALL_TOOLS = ["iperf3", "scp", "rsync", "rsync4", "globus-url-copy", "rclone", "xrdcp", "tern-first", "tern-ssh", "tern-daemon", "tern-ssh-base"]
+ALL_TOOLS = ["iperf3", "scp", "rsync", "rsync4", "globus-url-copy", "rclone", "xrdcp", "bbcp", "bbcp-tar", "tern-first", "tern-ssh", "tern-daemon", "tern-ssh-base"]
 # tern-ssh-base: tern-ssh with another build (TERN_BASE_BIN), for old-against-new in one run.
 BASE = os.environ.get("TERN_BASE_BIN")
-PEERS = ["scp", "rsync", "rsync4", "globus-url-copy", "rclone", "xrdcp"]
+BBCP = shutil.which("bbcp", path="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+PEERS = ["scp", "rsync", "rsync4", "globus-url-copy", "rclone", "xrdcp", "bbcp", "bbcp-tar"]
 # tern-first: tern as a new user meets it (no flags, fresh ssh login, no tern on the far side:
 # it installs itself in a fresh cache each run). tern-ssh: the second use (tern already there).
 # rsync4: four rsyncs over a size-balanced split of the files (bench/rsync-parallel.sh).
+# bbcp: not in Debian; built from source by bench/install-bbcp.sh into /usr/local/bin. bbcp-tar:
+# the same flags with bbcp's documented idiom for trees of many files, tar piped through bbcp
+# (-N io: both ends are programs), since bbcp -r copies one file after another.
 FULL_PATHS = ["lan", "alcf-ncsa", "olcf-alcf", "olcf-nersc", "olcf-nersc-lossy"]
 QUICK_PATHS = ["lan", "olcf-nersc"]
 FULL_PROFILES = ["hacc:2G", "six:2G", "one:2G", "small:1"]
@@ -145,7 +149,7 @@ class Servers:
         os.chmod(self.tmp, 0o755)
         if "iperf3" in tools:
             self._spawn("iperf3", ns(NS_B, ["iperf3", "-s", "-B", B, "-p", str(PORTS["iperf3"])]), PORTS["iperf3"])
-        if {"scp", "rsync", "rsync4", "rclone", "tern-ssh", "tern-first", "tern-ssh-base"} & set(tools):
+        if {"scp", "rsync", "rsync4", "rclone", "bbcp", "bbcp-tar", "tern-ssh", "tern-first", "tern-ssh-base"} & set(tools):
             self.start_sshd()
         if "globus-url-copy" in tools:
             self._spawn("gridftp", ns(NS_B, [
@@ -246,6 +250,23 @@ def tool_cmd(tool, src, dst_root, srv, nfiles):
     if tool == "xrdcp":
         return ["xrdcp", "-r", "-N", "-s", "--parallel", "8" if many else "4", "--streams", "4", src,
                 f"root://{B}:{PORTS['xrootd']}/{dst_root}/"], f"{dst_root}/data"
+    if tool == "bbcp":
+        # bbcp starts its far side itself over ssh: -T is that command (split on spaces; %U, %H are
+        # the user and host), here the bench's sshd, fresh login like the others. The data goes
+        # over -s 8 parallel TCP streams (default 4) opened by bbcp itself, outside ssh, with no
+        # encryption; -w 8m: 8 MiB buffers ~ one BDP of 1 Gb/s x 68 ms (bbcp leaves the kernel's
+        # socket-buffer autotuning on unless -w =SIZE; the untuned bed caps send buffers at 4 MiB,
+        # ~0.4 Gb/s per stream at 68 ms, so one stream cannot fill the path; -s 4 measured the same
+        # on six:128M, -s 16 slower: bench/README.md). -r: the tree.
+        xeq = f"{ssh} -x -a -l %U %H {BBCP}"
+        return [BBCP, "-r", "-s", "8", "-w", "8m", "-T", xeq, src, f"root@{B}:{dst_root}/"], f"{dst_root}/data"
+    if tool == "bbcp-tar":
+        # -N io: the input and the output are programs (bbcp splits them on spaces: the bench's
+        # paths have none); one stream of bytes, so no per-file round trips.
+        xeq = f"{ssh} -x -a -l %U %H {BBCP}"
+        parent, base = os.path.split(src)
+        return [BBCP, "-s", "8", "-w", "8m", "-N", "io", "-T", xeq, f"tar -cf - -C {parent} {base}",
+                f"root@{B}:tar -xf - -C {dst_root}"], f"{dst_root}/{base}"
     if tool == "rsync4":
         return [os.path.join(HERE, "rsync-parallel.sh"), "4", ssh, src, f"root@{B}:{dst_root}/data"], f"{dst_root}/data"
     if tool in ("tern-ssh", "tern-ssh-base"):
@@ -305,6 +326,7 @@ def run_copy(tool, src, meta, srv, timeout):
     res["client_cpu_s"] = round(children_cpu() - client_cpu0, 3)
     res["server_cpu_s"] = round(ns_cpu(NS_B) - server_cpu0, 3)
     res["seconds"] = round(wall, 3)
+    res["loadavg_1m"] = round(os.getloadavg()[0], 2)  # the box is shared: other work slows every tool
     if tool.startswith("tern"):
         for line in reversed(out.splitlines()):
             if line.startswith("{"):
@@ -526,7 +548,13 @@ def write_report(results, outbase):
     L = [f"# tern bench: {results['name']}", "",
          f"{env['date']} · commit `{env['commit']}` · {env['host']} · kernel {env['kernel']} · {env['cpus']} CPUs · "
          f"mode {'quick' if results['quick'] else 'full'} · {results['reps']} rep(s) per cell, median shown",
-         "",
+         ""]
+    loads = [r["loadavg_1m"] for pr in results["paths"].values() for c in pr["profiles"].values()
+             for t in c.values() for r in t.get("runs", []) if "loadavg_1m" in r]
+    if loads:
+        L += [f"Load average (1 min, {env['cpus']} CPUs) at the end of each copy: {min(loads):.1f}–{max(loads):.1f}, "
+              f"median {statistics.median(loads):.1f} (the bed itself accounts for about 1–2: delay line, client, server; more means other work on the box competed with the copies).", ""]
+    L += [
          f"**Data lives on tmpfs ({DATA}), not disk**: these are network + CPU results, the disk is not measured. "
          f"Paths are emulated by `tern-delayline` between namespaces tern-a → tern-b: rate cap {results['rate']} bit/s "
          f"per direction, MTU {results['mtu']}, congestion control {results['cc']}, "
@@ -729,6 +757,7 @@ def main():
                     "iperf3": tool_version(["iperf3", "--version"]), "ssh": tool_version(["ssh", "-V"]),
                     "rsync": tool_version(["rsync", "--version"]), "globus-url-copy": tool_version(["globus-url-copy", "-version"]),
                     "rclone": tool_version(["rclone", "version"]), "xrdcp": tool_version(["xrdcp", "--version"]),
+                    "bbcp": BBCP and f"{BBCP}: {tool_version([BBCP, '-#'])}" or "not installed (bench/install-bbcp.sh)",
                     "tern": missing_tern or tool_version([TERN, "--version"]),
                     "tern-base": BASE and f"{BASE}: {tool_version([BASE, '--version'])}"}},
     }
@@ -775,10 +804,14 @@ def main():
                     if tool == "iperf3":
                         continue
                     cell = cells[tool] = {"bytes": meta["bytes"], "runs": []}
-                    server = {"scp": "sshd", "rsync": "sshd", "rsync4": "sshd", "rclone": "sshd", "tern-ssh": "sshd", "tern-first": "sshd", "tern-ssh-base": "sshd",
+                    server = {"scp": "sshd", "rsync": "sshd", "rsync4": "sshd", "rclone": "sshd", "bbcp": "sshd", "bbcp-tar": "sshd", "tern-ssh": "sshd", "tern-first": "sshd", "tern-ssh-base": "sshd",
                               "globus-url-copy": "gridftp", "xrdcp": "xrootd", "tern-daemon": "tern"}[tool]
                     if tool.startswith("tern") and missing_tern:
                         cell["status"], cell["reason"] = "NOT BUILT", missing_tern
+                        continue
+                    if tool.startswith("bbcp") and not BBCP:
+                        # not an error (bbcp is not in Debian; CI has no source): like NOT BUILT
+                        cell["status"], cell["reason"] = "NOT INSTALLED", "no bbcp on PATH: bench/install-bbcp.sh SRC"
                         continue
                     if server not in srv.procs:
                         cell["status"], cell["reason"] = "FAILED", f"server {server} did not start: {srv.errors.get(server, '?')}"
