@@ -242,9 +242,31 @@ fn cut(files: Vec<Listed>, pairs: u64, total: u64) -> Vec<Unit> {
     units
 }
 
+/// What each pair of the last spread transfer moved (this process runs one transfer).
+static PAIRS: Mutex<Vec<PairTally>> = Mutex::new(Vec::new());
+
+/// The per-node part of `--json`'s summary: one object per node pair; `None` when the transfer
+/// was not spread.
+pub(crate) fn pairs_json() -> Option<serde_json::Value> {
+    let pairs = PAIRS.lock().unwrap();
+    (!pairs.is_empty()).then(|| {
+        pairs
+            .iter()
+            .map(|t| {
+                serde_json::json!({
+                    "source": t.source, "destination": t.name, "units": t.units, "bytes": t.bytes, "seconds": t.seconds,
+                    "gbps": if t.seconds > 0.0 { t.bytes as f64 * 8.0 / t.seconds / 1e9 } else { 0.0 },
+                    "left": t.gave_up,
+                })
+            })
+            .collect()
+    })
+}
+
 /// What one pair moved, for the per-node lines.
 #[derive(Default, Clone)]
 struct PairTally {
+    source: String,
     name: String,
     units: u64,
     bytes: u64,
@@ -333,9 +355,10 @@ pub(crate) fn run(plan: Plan, spec: &ClientSpec, progress: &Arc<Progress>) -> Re
         let _ = summer.join();
     });
     publish_totals(&shared, progress);
+    *PAIRS.lock().unwrap() = shared.tallies.lock().unwrap().clone();
     for t in shared.tallies.lock().unwrap().iter() {
         let rate = if t.seconds > 0.0 { t.bytes as f64 * 8.0 / t.seconds / 1e9 } else { 0.0 };
-        let mut line = format!("node pair to {}: {} units, {} bytes in {:.1} s, {rate:.2} Gb/s", t.name, t.units, t.bytes, t.seconds);
+        let mut line = format!("node pair {} to {}: {} units, {} bytes in {:.1} s, {rate:.2} Gb/s", t.source, t.name, t.units, t.bytes, t.seconds);
         if let Some(why) = &t.gave_up {
             line.push_str(&format!("; left the transfer: {why}"));
         }
@@ -404,9 +427,9 @@ fn worker(spec: &ClientSpec, source_dir: &str, target: &str, src: Endpoint, dst:
     base.sources = vec![with_path(&src, source_dir)];
     base.dest = with_path(&dst, target);
     base.retry_for = UNIT_RETRY;
-    let name = endpoint_name(&dst);
+    let (name, source) = (endpoint_name(&dst), endpoint_name(&src));
     move || {
-        let mut tally = PairTally { name, ..Default::default() };
+        let mut tally = PairTally { name, source, ..Default::default() };
         loop {
             let Some(mut unit) = shared.queue.lock().unwrap().pop_front() else {
                 // Units still running elsewhere may come back if their pair fails.

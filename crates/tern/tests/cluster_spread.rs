@@ -52,8 +52,9 @@ fn nodes(url: &str, root: &Path, token: &Path, k: usize) -> Vec<Daemon> {
     ds
 }
 
-fn pairs_with_units(stderr: &str) -> usize {
-    stderr.lines().filter(|l| l.contains("node pair to ") && !l.contains(": 0 units")).count()
+/// Node pairs of `--json`'s summary that moved at least one unit.
+fn pairs_with_units(summary: &serde_json::Value) -> usize {
+    summary["nodes"].as_array().map_or(0, |n| n.iter().filter(|p| p["units"].as_u64().unwrap_or(0) > 0).count())
 }
 
 #[test]
@@ -69,7 +70,8 @@ fn a_copy_to_a_cluster_spreads_over_every_node_and_lands_verified() {
     let e = r.stderr();
     assert!(r.ok(), "{e}");
     assert!(e.contains("spread over 3 node pairs"), "{e}");
-    assert!(pairs_with_units(&e) >= 2, "the work was shared: {e}");
+    assert!(pairs_with_units(&r.json) >= 2, "the work was shared: {}", r.json);
+    assert!(e.lines().filter(|l| l.contains("node pair here to 127.0.0.1:")).count() == 3, "a line per pair: {e}");
     // `cp -r SRC DST` with DST missing makes DST the copy, as on one node.
     assert_same_tree(&src, &root.join("project"));
     assert_no_leftovers(&root);
