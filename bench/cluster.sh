@@ -19,8 +19,9 @@
 # usage (root):
 #   bench/cluster.sh up [--nodes 3] [--rate 200m] [--rtt-ms 68] [--cc bbr] [--tuned] [--mtu 9000]
 #                       [--loss P] [--wan-rate R] [--tmpfs SIZE] [--pg-nosync]
-#   bench/cluster.sh nodes K [--tern BIN] [-- EXTRA tern serve ARGS]
-#                       (re)start K `tern serve --cluster` daemons per site (nodes 0: stop them)
+#   bench/cluster.sh nodes K [--tern BIN] [--unix-db] [-- EXTRA tern serve ARGS]
+#                       (re)start K `tern serve --cluster` daemons per site (nodes 0: stop them);
+#                       --unix-db: --db 'host=SOCKETDIR ...' (PostgreSQL's unix socket) instead of TCP
 #   bench/cluster.sh kill NODE       kill -9 one node's daemon (a1..b3), for failure tests
 #   bench/cluster.sh status          nodes, `tern cluster status` of both sites, link caps, ping
 #   bench/cluster.sh stats           delay-line counters (JSON)
@@ -145,11 +146,23 @@ find_tern() { # --tern BIN, $TERN_BIN, the recorded one, target dirs, PATH
 }
 
 # --- down ---------------------------------------------------------------------------------------
-stop_nodes() {
-  local f
+stop_nodes() { # SIGTERM to all (a node marks itself left, then exits), ≤ 15 s, then SIGKILL
+  local f pid pids=()
   shopt -s nullglob
-  for f in "$PIDS"/node-*.pid; do stop_pid "$f" tern TERM 15; done   # SIGTERM: the node marks itself left
+  for f in "$PIDS"/node-*.pid; do
+    if pid=$(pid_alive "$f" tern); then kill -TERM "$pid" 2>/dev/null || true; pids+=("$pid"); fi
+  done
   shopt -u nullglob
+  for _ in $(seq 150); do
+    local live=0
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && live=1; done
+    ((live)) || break
+    sleep 0.1
+  done
+  for pid in "${pids[@]}"; do
+    if kill -0 "$pid" 2>/dev/null && [[ $(</proc/$pid/comm) == tern ]]; then log "node pid $pid did not stop on SIGTERM, killing"; kill -KILL "$pid" || true; fi
+  done
+  rm -f "$PIDS"/node-*.pid
 }
 
 stop_pg() {
@@ -391,10 +404,11 @@ need_up() { [[ -f $STATE/config.env ]] || die "the bed is down (bench/cluster.sh
 # --- nodes --------------------------------------------------------------------------------------
 cmd_nodes() {
   local k=${1:-}; shift || true
-  local bin="" extra=()
+  local bin="" extra=() unix=0
   while (($#)); do
     case $1 in
       --tern) bin=$2; shift 2 ;;
+      --unix-db) unix=1; shift ;;
       --) shift; extra=("$@"); break ;;
       *) die "unknown option $1" ;;
     esac
@@ -413,7 +427,7 @@ cmd_nodes() {
     for i in $(seq "$k"); do
       n=$s$i
       setsid ip netns exec "$(node_ns "$n")" "$bin" serve --listen "$(node_addr "$n"):$PORT" --root "$(site_dir "$s")" \
-        --token-file "$(token_file "$s")" --cluster "site-$s" --db "$(db_url "$s")" --node-name "$n" "${extra[@]}" \
+        --token-file "$(token_file "$s")" --cluster "site-$s" --db "$( ((unix)) && db_url_unix "$s" || db_url "$s")" --node-name "$n" "${extra[@]}" \
         >"$LOGS/$n.log" 2>&1 </dev/null 9>&- &
       echo $! >"$PIDS/node-$n.pid"
     done
@@ -440,6 +454,7 @@ cmd_kill() {
   [[ $n =~ ^[ab][1-9]$ ]] || die "kill NODE: NODE is a1..a9 or b1..b9"
   pid=$(pid_alive "$PIDS/node-$n.pid" tern) || die "no daemon of node $n is running"
   kill -KILL "$pid"
+  rm -f "$PIDS/node-$n.pid"
   log "killed $n (pid $pid) with SIGKILL"
 }
 
