@@ -25,12 +25,13 @@
 #   bench/cluster.sh kill NODE       kill -9 one node's daemon (a1..b3), for failure tests
 #   bench/cluster.sh status          nodes, `tern cluster status` of both sites, link caps, ping
 #   bench/cluster.sh stats           delay-line counters (JSON)
-#   bench/cluster.sh selftest [--secs 20] [--streams 1]
+#   bench/cluster.sh selftest [--secs 20] [--streams 4]
 #                       iperf3 a1→b1 alone, then a1→b1, a2→b2, a3→b3 at once (brings the bed up
 #                       with the defaults, and down after, when it is not up)
 #   bench/cluster.sh baseline [--tern BIN] [--reps 1] [--datasets four-1g,hacc-4g,one-3g]
 #                       today's single-node tern: 1 node per side, a client in tc-a1 pushes each
 #                       dataset of site A to the daemon on b1, timed, verified, removed
+#   bench/cluster.sh datasets [NAME...]   only make the baseline's datasets (default: all three)
 #   bench/cluster.sh down [--purge]  remove everything `up` made (safe when nothing is up);
 #                       --purge also deletes /srv/tern-cluster (the datasets)
 #   bench/cluster.sh env             the bed's addresses, URLs and files as shell variables
@@ -550,7 +551,7 @@ EOF
 }
 
 cmd_selftest() {
-  local secs=20 P=1 brought=0
+  local secs=20 P=4 brought=0
   while (($#)); do
     case $1 in
       --secs) secs=$2; shift 2 ;;
@@ -574,7 +575,18 @@ cmd_selftest() {
   local sum; sum=$(echo "$out" | awk '/^sum/{print $2}')
   [[ -n $sum ]] || die "the $nodes-pair iperf3 run failed"
   awk -v s="$sum" -v b="$bps" -v n="$nodes" 'BEGIN{r=s*1e9/(n*b); printf "total %.4f Gb/s = %.3f x %d x rate: %s\n", s, r, n, (r>=0.95?"PASS (>= 0.95)":"FAIL (< 0.95)")}'
-  echo "delay line: $(cmd_stats | /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps({k: {x: v[x] for x in v if "drop" in x or x in ("pkts","packets","late_avg_us","late_max_us")} for k, v in d.items() if isinstance(v, dict)}))' 2>/dev/null || echo n/a)"
+  echo "delay line since up: $(cmd_stats | /usr/bin/python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+dirs = ["%s: %.2f GB, drops %d, late avg %.0f us max %.1f ms" % (k, v["tx_bytes"] / 1e9,
+        v["drop_loss"] + v["drop_queue"] + v["drop_ring"] + v["drop_write"], v["late_avg_us"], v["late_max_us"] / 1000)
+        for k, v in d["directions"].items()]
+print("cpu %.1f s in %.0f s; %s" % (d["process_cpu_s"], d["wall_s"], "; ".join(dirs)))' 2>&1 || echo n/a)"
+  local i
+  for i in $pairs; do   # the caps' own counters: drops at a node's tbf mean its queue overflowed
+    echo "tbf a$i out: $(tc -s -n "$(node_ns "a$i")" qdisc show dev $NODE_DEV | grep -o 'dropped [0-9]*, overlimits [0-9]*' | head -1);" \
+         "tbf b$i in: $(tc -s -n "$(router_ns b)" qdisc show dev "b$i" | grep -o 'dropped [0-9]*, overlimits [0-9]*' | head -1)"
+  done
   ((brought)) && { trap - EXIT; cmd_down; }
   return 0
 }
@@ -681,6 +693,7 @@ case ${1:-} in
   stats) cmd_stats ;;
   env) cmd_env ;;
   selftest) shift; lock; cmd_selftest "$@" ;;
+  datasets) shift; mkdir -p "$(site_dir a)"; if (($#)); then make_datasets "$@"; else make_datasets four-1g hacc-4g one-3g; fi ;;
   baseline) shift; lock; cmd_baseline "$@" ;;
   *) sed -n '2,40p' "$0"; exit 2 ;;
 esac
