@@ -395,6 +395,14 @@ EOF
     timeout 20 ip netns exec "$(node_ns "a$i")" ping -q -c 3 -i 0.2 -W 5 "$(node_addr "b$i")" >/dev/null \
       || die "no connectivity a$i -> b$i through the delay line"
   done
+  local pgbin; pgbin=$(pg_bin_dir)
+  for s in "${SITES[@]}"; do   # each site's database from its first node, and not from the other site's
+    timeout 15 ip netns exec "$(node_ns "${s}1")" "$pgbin/pg_isready" -q -h "$(router_addr "$s")" -p $PG_PORT \
+      || die "site $s's PostgreSQL is not reachable from ${s}1"
+  done
+  if timeout 15 ip netns exec "$(node_ns b1)" "$pgbin/psql" -X -q -w -h "$(router_addr a)" -p $PG_PORT -U tern -d tern -c 'select 1' >/dev/null 2>&1; then
+    die "site A's PostgreSQL accepts site B's nodes (pg_hba.conf)"
+  fi
   trap - EXIT
   log "up: 2 sites × $nodes nodes, rate=$rate per node (tbf burst $burst B, queue $limit B), rtt=${rtt}ms loss=$loss mtu=$mtu cc=$cc tuned=$tuned wan-rate=$wan_rate ($(grep -o 'sched_fifo=[a-z]*' "$LOGS/delayline.log"))"
   log "site A: $(site_dir a), --db $(db_url a); site B: $(site_dir b), --db $(db_url b)"
@@ -480,7 +488,9 @@ cmd_status() {
   echo "root: core.rmem_max=$(sysctl -n net.core.rmem_max) core.wmem_max=$(sysctl -n net.core.wmem_max)"
   local bin; bin=$(cfg TERN)
   [[ -n $bin ]] || bin=$(find_tern "" 2>/dev/null) || bin=""
-  if [[ -n $bin ]]; then
+  if [[ -z $bin ]]; then
+    echo "--- tern cluster status: no tern binary found (TERN_BIN=..., or start nodes with --tern BIN)"
+  else
     for s in "${SITES[@]}"; do
       echo "--- tern cluster status --db $(db_url "$s") --cluster site-$s"
       timeout 30 ip netns exec "$(node_ns "${s}1")" "$bin" cluster status --db "$(db_url "$s")" --cluster "site-$s" || echo "(failed: $?)"
@@ -638,7 +648,7 @@ cmd_baseline() {
   cmd_nodes 1 --tern "$bin"
   local src dst token; src=$(site_dir a); dst=$(site_dir b); token=$(token_file b)
   local rows=() name r
-  echo "# single-node baseline: $(cfg RATE) per node, RTT $(cfg RTT_MS) ms, $(cfg CC), tuned=$(cfg TUNED); tern $("$bin" --version 2>/dev/null | head -1)"
+  echo "# single-node baseline: $(cfg RATE) per node, RTT $(cfg RTT_MS) ms, $(cfg CC), tuned=$(cfg TUNED); $("$bin" --version 2>/dev/null | head -1) ($bin)"
   for name in "${names[@]}"; do
     for r in $(seq "$reps"); do
       rm -rf "${dst:?}/$name-k1"
@@ -646,7 +656,7 @@ cmd_baseline() {
       load=$(cut -d' ' -f1-3 /proc/loadavg)
       dpid=$(pid_alive "$PIDS/node-b1.pid" tern); c0=$(cpu_ticks "$dpid")
       t0=$(date +%s.%N)
-      timeout 3600 ip netns exec "$(node_ns a1)" "$bin" cp -r --json --token-file "$token" "$src/$name" \
+      TERN_HISTORY=off timeout 3600 ip netns exec "$(node_ns a1)" "$bin" cp -r --json --token-file "$token" "$src/$name" \
         "tern://$(node_addr b1):$PORT/$name-k1" >"$LOGS/baseline-$name-$r.json" 2>"$LOGS/baseline-$name-$r.err" || rc=$?
       t1=$(date +%s.%N)
       c1=$(cpu_ticks "$dpid")
