@@ -27,10 +27,12 @@
 #   bench/cluster.sh stats           delay-line counters (JSON)
 #   bench/cluster.sh selftest [--secs 20] [--streams 4]
 #                       iperf3 a1→b1 alone, then a1→b1, a2→b2, a3→b3 at once (brings the bed up
-#                       with the defaults, and down after, when it is not up)
-#   bench/cluster.sh baseline [--tern BIN] [--reps 1] [--datasets four-1g,hacc-4g,one-3g]
+#                       with the defaults, and down after, when it is not up); exits 1 unless the
+#                       pairs together carry ≥ 0.95 × pairs × rate
+#   bench/cluster.sh baseline [--tern BIN] [--reps 1] [--datasets four-1g,hacc-4g,one-3g] [--out F]
 #                       today's single-node tern: 1 node per side, a client in tc-a1 pushes each
-#                       dataset of site A to the daemon on b1, timed, verified, removed
+#                       dataset of site A to the daemon on b1, timed, verified, removed (--out:
+#                       the table's rows also into F)
 #   bench/cluster.sh datasets [NAME...]   only make the baseline's datasets (default: all three)
 #   bench/cluster.sh down [--purge]  remove everything `up` made (safe when nothing is up);
 #                       --purge also deletes /srv/tern-cluster (the datasets)
@@ -39,7 +41,8 @@
 # Addresses are only 198.18.10.0/24, 198.18.20.0/24 and 198.18.30.0/24 (RFC 2544 benchmarking
 # range); bench/netns.sh's 198.18.0.x and its namespaces tern-a/tern-b are not touched, and this
 # bed takes its own lock (/run/tern-cluster.lock), so both beds can be up at once (they share the
-# CPU). Every process the bed starts is recorded by PID under /run/tern-cluster and ended by PID.
+# CPU). Every process the bed starts is recorded by PID under /run/tern-cluster and ended by PID;
+# `down` then also stops whatever is still inside its tc-* namespaces (a client left running).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -584,7 +587,9 @@ cmd_selftest() {
   echo "$out"
   local sum; sum=$(echo "$out" | awk '/^sum/{print $2}')
   [[ -n $sum ]] || die "the $nodes-pair iperf3 run failed"
+  local pass=0
   awk -v s="$sum" -v b="$bps" -v n="$nodes" 'BEGIN{r=s*1e9/(n*b); printf "total %.4f Gb/s = %.3f x %d x rate: %s\n", s, r, n, (r>=0.95?"PASS (>= 0.95)":"FAIL (< 0.95)")}'
+  awk -v s="$sum" -v b="$bps" -v n="$nodes" 'BEGIN{exit !(s*1e9/(n*b) >= 0.95)}' && pass=1
   echo "delay line since up: $(cmd_stats | /usr/bin/python3 -c '
 import json, sys
 d = json.load(sys.stdin)
@@ -597,8 +602,8 @@ print("cpu %.1f s in %.0f s; %s" % (d["process_cpu_s"], d["wall_s"], "; ".join(d
     echo "tbf a$i out: $(tc -s -n "$(node_ns "a$i")" qdisc show dev $NODE_DEV | grep -o 'dropped [0-9]*, overlimits [0-9]*' | head -1);" \
          "tbf b$i in: $(tc -s -n "$(router_ns b)" qdisc show dev "b$i" | grep -o 'dropped [0-9]*, overlimits [0-9]*' | head -1)"
   done
-  ((brought)) && { trap - EXIT; cmd_down; }
-  return 0
+  if ((brought)); then trap - EXIT; cmd_down; fi
+  ((pass))   # the exit status: 0 when the caps added up (≥ 0.95 of pairs × rate)
 }
 
 # --- baseline: today's single-node tern on the bed ----------------------------------------------
@@ -705,5 +710,5 @@ case ${1:-} in
   selftest) shift; lock; cmd_selftest "$@" ;;
   datasets) shift; mkdir -p "$(site_dir a)"; if (($#)); then make_datasets "$@"; else make_datasets four-1g hacc-4g one-3g; fi ;;
   baseline) shift; lock; cmd_baseline "$@" ;;
-  *) sed -n '2,40p' "$0"; exit 2 ;;
+  *) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 2 ;;
 esac
