@@ -104,7 +104,7 @@ pub(crate) fn plan(spec: &ClientSpec, contents: bool, sync: bool, dry_run: bool)
                 })
                 .collect()
         }
-        Endpoint::Daemon { path, .. } => match tern_engine::client::cluster::of(spec, &spec.dest).ok().flatten() {
+        Endpoint::Daemon { path, .. } => match tern_engine::client::cluster::of(&dest_side(spec), &spec.dest).ok().flatten() {
             Some(c) => c.nodes.iter().filter_map(|n| daemon_at(n, path)).collect(),
             None => return Ok(None),
         },
@@ -125,7 +125,7 @@ pub(crate) fn plan(spec: &ClientSpec, contents: bool, sync: bool, dry_run: bool)
         return Ok(None);
     }
     let pairs: Vec<(Endpoint, Endpoint)> = (0..n).map(|i| (src_nodes[i % src_nodes.len()].clone(), dst_nodes[i % dst_nodes.len()].clone())).collect();
-    let (files, target) = match (list_files(spec, src), target_dir(spec, &dst_nodes[0], contents)) {
+    let (files, target) = match (list_files(spec, src), target_dir(&dest_side(spec), &dst_nodes[0], contents)) {
         (Ok(Some((files, total))), Ok(Some(target))) => ((files, total), target),
         (Err(e), _) | (_, Err(e)) if host_list => anyhow::bail!("{e}"),
         _ if host_list => anyhow::bail!("destination: a host list (h1,h2:/dir) spreads one cp -r of one directory into a directory; copy to one host"),
@@ -135,6 +135,15 @@ pub(crate) fn plan(spec: &ClientSpec, contents: bool, sync: bool, dry_run: bool)
     let count = files.len() as u64;
     let units = cut(files, n as u64, total);
     Ok(Some(Plan { pairs, target, source_dir: src.path_str(), files: count, bytes: total, units, refresh: (!host_list).then(|| spec.dest.clone()) }))
+}
+
+/// The settings to ask the destination with: in a copy between two daemons, its own token.
+fn dest_side(spec: &ClientSpec) -> ClientSpec {
+    let mut s = spec.clone();
+    if spec.sources.first().is_some_and(|e| !e.is_local()) && s.dst_token_file.is_some() {
+        s.token_file = s.dst_token_file.clone();
+    }
+    s
 }
 
 fn daemon_at(addr: &str, path: &str) -> Option<Endpoint> {
@@ -338,7 +347,7 @@ pub(crate) fn run(plan: Plan, spec: &ClientSpec, progress: &Arc<Progress>) -> Re
             }
             next_refresh = Instant::now() + REFRESH;
             let Some(ask) = &plan.refresh else { continue };
-            let Ok(Some(c)) = tern_engine::client::cluster::of(spec, ask) else { continue };
+            let Ok(Some(c)) = tern_engine::client::cluster::of(&dest_side(spec), ask) else { continue };
             for n in c.nodes {
                 let Some(d) = daemon_at(&n, &plan.target) else { continue };
                 if known.contains(&endpoint_name(&d)) {

@@ -133,3 +133,50 @@ fn an_ssh_host_list_spreads_the_copy_over_its_hosts() {
     assert!(!r.ok());
     assert!(r.stderr().contains("a host list (h1,h2:/dir) spreads one cp -r"), "{}", r.stderr());
 }
+
+fn site(url: &str, name: &str, root: &Path, token: &Path, k: usize, extra: &[&str]) -> Vec<Daemon> {
+    let ds: Vec<Daemon> = (0..k)
+        .map(|i| {
+            let node = format!("{name}{i}");
+            let mut args = vec!["--db", url, "--cluster", name, "--node-name", &node, "--cluster-heartbeat-ms", "300"];
+            args.extend_from_slice(extra);
+            Daemon::start_with(root, token, 0, &[], &args)
+        })
+        .collect();
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut cmd = Command::new(tern_bin());
+        cmd.args(["cluster", "status", "--db", url, "--cluster", name]).stdin(Stdio::null());
+        let text = String::from_utf8_lossy(&run_bounded(cmd, Duration::from_secs(30)).stdout).into_owned();
+        if text.matches(" active").count() == k {
+            break;
+        }
+        assert!(Instant::now() < until, "nodes did not all join: {text}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(700));
+    ds
+}
+
+#[test]
+fn a_copy_between_two_clusters_spreads_over_node_pairs_of_both_sites() {
+    let Some(pg) = pg::Postgres::start() else { return };
+    let (url_a, url_b) = (pg.create_db("site_a"), pg.create_db("site_b"));
+    let t = scratch();
+    let (root_a, root_b) = (t.path().join("lustre-a"), t.path().join("lustre-b"));
+    let (token_a, token_b) = (t.path().join("token-a"), t.path().join("token-b"));
+    std::fs::create_dir_all(&root_b).unwrap();
+    source(&root_a.join("run42"));
+    // The sending nodes may dial the receiving site's data addresses.
+    let a = site(&url_a, "site-a", &root_a, &token_a, 2, &["--dial-allow", "127.0.0.1"]);
+    let b = site(&url_b, "site-b", &root_b, &token_b, 2, &[]);
+    let r = tern(&["cp", "-r", "--token-file", token_a.to_str().unwrap(), "--dst-token-file", token_b.to_str().unwrap(), &a[0].url("/run42"), &b[1].url("/run42")], &[]);
+    let e = r.stderr();
+    assert!(r.ok(), "{e}");
+    assert!(e.contains("spread over 2 node pairs"), "{e}");
+    let sources: std::collections::BTreeSet<String> =
+        r.json["nodes"].as_array().unwrap().iter().filter(|p| p["units"].as_u64().unwrap_or(0) > 0).map(|p| p["source"].as_str().unwrap().to_string()).collect();
+    assert_eq!(sources.len(), 2, "both source nodes sent: {}", r.json);
+    assert_same_tree(&root_a.join("run42"), &root_b.join("run42"));
+    assert_no_leftovers(&root_b);
+}
