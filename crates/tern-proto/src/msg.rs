@@ -209,6 +209,13 @@ pub const FEATURE_PATH_TESTS: u64 = 256;
 pub const FEATURE_TEST_CPU: u64 = 512;
 /// Hello feature bit: this peer answers a path test's `host` step (`tern doctor DEST`).
 pub const FEATURE_HOST_FACTS: u64 = 1024;
+/// Hello feature bit: this daemon is a node of a cluster and answers `ClusterRequest` with its
+/// live nodes (docs/cluster.md "Protocol additions").
+pub const FEATURE_CLUSTER: u64 = 2048;
+/// Most nodes one `ClusterNodes` lists.
+pub const MAX_CLUSTER_NODES: usize = 256;
+/// Longest cluster name (`tern serve --cluster`).
+pub const MAX_CLUSTER_NAME: usize = 64;
 /// `TestRequest` flag: data streams carry no encryption (tagged frames, as `--no-encrypt`).
 pub const TEST_NO_ENCRYPT: u8 = 1;
 /// `TestRequest` flag: the server sends on the data streams (the client measures).
@@ -482,6 +489,14 @@ pub enum Control {
         micros: u64,
         note: String,
     },
+    /// Instead of `Open` (`FEATURE_CLUSTER`): which nodes serve this daemon's cluster.
+    ClusterRequest,
+    /// The answer: the cluster's name and its nodes that take work now (this one included), as
+    /// the `host:port` addresses clients reach their daemons at.
+    ClusterNodes {
+        cluster: String,
+        nodes: Vec<Vec<u8>>,
+    },
 }
 
 const MAGIC: &[u8; 4] = b"TERN";
@@ -521,6 +536,8 @@ impl Control {
             Control::TestRequest { .. } => 30,
             Control::TestStep { .. } => 31,
             Control::TestResult { .. } => 32,
+            Control::ClusterRequest => 33,
+            Control::ClusterNodes { .. } => 34,
         }
     }
 
@@ -680,6 +697,13 @@ impl Control {
             }
             Control::TestResult { what, skipped, bytes, micros, note } => {
                 w.u8(what.to_u8()).u8(*skipped as u8).u64(*bytes).u64(*micros).bytes(note.as_bytes());
+            }
+            Control::ClusterRequest => {}
+            Control::ClusterNodes { cluster, nodes } => {
+                w.bytes(cluster.as_bytes()).u32(nodes.len() as u32);
+                for n in nodes {
+                    w.bytes(n);
+                }
             }
         }
         encode_frame(self.type_byte(), &w.buf)
@@ -929,6 +953,20 @@ impl Control {
                 let note = std::str::from_utf8(note).map_err(|_| ProtoError::Invalid { what: "test note", why: "not UTF-8" })?.to_string();
                 Control::TestResult { what, skipped, bytes, micros, note }
             }
+            33 => Control::ClusterRequest,
+            34 => {
+                let cluster = r.bytes("cluster name", MAX_CLUSTER_NAME)?;
+                let cluster = std::str::from_utf8(cluster).map_err(|_| ProtoError::Invalid { what: "cluster name", why: "not UTF-8" })?.to_string();
+                let n = r.u32("cluster nodes")? as usize;
+                if n > MAX_CLUSTER_NODES {
+                    return Err(ProtoError::Invalid { what: "cluster nodes", why: "more than 256" });
+                }
+                let mut nodes = Vec::with_capacity(n);
+                for _ in 0..n {
+                    nodes.push(r.bytes("node address", MAX_ADDR)?.to_vec());
+                }
+                Control::ClusterNodes { cluster, nodes }
+            }
             other => return Err(ProtoError::UnknownType(other)),
         };
         r.finish()?;
@@ -1014,6 +1052,8 @@ mod tests {
         roundtrip(Control::FileList(vec![b"run1/a.h5".to_vec(), b"d/\xff name".to_vec()]));
         roundtrip(Control::Listening { data_addr: b"192.0.2.7:50001".to_vec() });
         roundtrip(Control::Listening { data_addr: b":50001".to_vec() });
+        roundtrip(Control::ClusterRequest);
+        roundtrip(Control::ClusterNodes { cluster: "site-b".into(), nodes: vec![b"198.18.20.1:7700".to_vec(), b"dtn02.example.org:7700".to_vec()] });
         let mut tp = opts;
         tp.set_third_party(true);
         assert!(tp.third_party() && !opts.third_party());
@@ -1041,6 +1081,23 @@ mod tests {
             let f = bad.encode();
             assert!(Control::decode(f[4], &f[5..]).is_err(), "{why}");
         }
+    }
+
+    #[test]
+    fn refuses_cluster_answers_out_of_bounds() {
+        let mut w = Writer::new();
+        w.bytes(b"site").u32(MAX_CLUSTER_NODES as u32 + 1);
+        assert!(Control::decode(34, &w.buf).is_err(), "more nodes than the bound");
+        let mut w = Writer::new();
+        w.bytes(b"site").u32(1).bytes(&[b'a'; MAX_ADDR + 1]);
+        assert!(Control::decode(34, &w.buf).is_err(), "an oversized address");
+        let mut w = Writer::new();
+        w.bytes(&[b'c'; MAX_CLUSTER_NAME + 1]).u32(0);
+        assert!(Control::decode(34, &w.buf).is_err(), "an oversized name");
+        let mut w = Writer::new();
+        w.bytes(b"site").u32(2).bytes(b"a:1");
+        assert!(Control::decode(34, &w.buf).is_err(), "fewer nodes than announced");
+        assert!(Control::decode(33, &[0]).is_err(), "a request carries nothing");
     }
 
     #[test]

@@ -113,6 +113,8 @@ fn connect(url: &str) -> Result<(Client, String), String> {
 
 /// A node's membership: heartbeats until `leave` (or the process ends).
 pub struct Member {
+    /// The live nodes that take work (`active`), as the last heartbeat read them.
+    nodes: Arc<std::sync::Mutex<Vec<String>>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     url: String,
@@ -193,14 +195,15 @@ pub fn join(url: &str, spec: NodeSpec) -> Result<Member, String> {
         }
     }
     let stop = Arc::new(AtomicBool::new(false));
+    let nodes = Arc::new(std::sync::Mutex::new(vec![spec.listen.clone()]));
     let thread = {
-        let (stop, url, spec, root) = (stop.clone(), url.to_string(), spec.clone(), first_root);
+        let (stop, url, spec, root, nodes) = (stop.clone(), url.to_string(), spec.clone(), first_root, nodes.clone());
         std::thread::Builder::new()
             .name("cluster-heartbeat".into())
-            .spawn(move || heartbeat(c, &url, &spec, incarnation, &root, &stop))
+            .spawn(move || heartbeat(c, &url, &spec, incarnation, &root, &stop, &nodes))
             .map_err(|e| format!("cannot start the heartbeat thread: {e}"))?
     };
-    Ok(Member { stop, thread: Some(thread), url: url.to_string(), cluster: spec.cluster, node: spec.node, incarnation })
+    Ok(Member { nodes, stop, thread: Some(thread), url: url.to_string(), cluster: spec.cluster, node: spec.node, incarnation })
 }
 
 /// Waits for a live node to read this node's probe: its verdict, or a refusal when none comes.
@@ -236,12 +239,17 @@ fn await_probe(c: &mut Client, spec: &NodeSpec, incarnation: i64, db: &dyn Fn(po
 /// Every `spec.heartbeat`: marks this node alive, and reads the probes of nodes joining after it.
 /// A lost database is retried (said once a minute); a registration another process took over
 /// ends the loop.
-fn heartbeat(mut c: Client, url: &str, spec: &NodeSpec, incarnation: i64, root: &Path, stop: &AtomicBool) {
+fn heartbeat(mut c: Client, url: &str, spec: &NodeSpec, incarnation: i64, root: &Path, stop: &AtomicBool, nodes: &std::sync::Mutex<Vec<String>>) {
     let (cluster, node) = (spec.cluster.as_str(), spec.node.as_str());
     let mut said = None::<Instant>;
     while !stop.load(Ordering::SeqCst) {
         match beat_once(&mut c, cluster, node, incarnation, root) {
-            Ok(true) => said = None,
+            Ok(true) => {
+                said = None;
+                if let Ok(live) = working_nodes(&mut c, cluster) {
+                    *nodes.lock().unwrap() = live;
+                }
+            }
             Ok(false) => {
                 tracing::warn!("cluster {cluster}: node {node}'s registration was taken over by another process; this one stops heartbeating");
                 return;
@@ -291,6 +299,17 @@ fn beat_once(c: &mut Client, cluster: &str, node: &str, incarnation: i64, root: 
     Ok(true)
 }
 
+/// The addresses of the nodes that take work now: active (not draining, joining or left) and
+/// heard from within their last 3 heartbeats, by name.
+fn working_nodes(c: &mut Client, cluster: &str) -> Result<Vec<String>, postgres::Error> {
+    let rows = c.query(
+        "SELECT listen FROM cluster_nodes WHERE cluster = $1 AND state = 'active'
+           AND now() - heartbeat_at < (heartbeat_ms * $2)::float8 * interval '1 millisecond' ORDER BY node",
+        &[&cluster, &SILENT_BEATS],
+    )?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
 /// A probe's token: at most 64 bytes of it.
 fn read_probe(path: &Path) -> std::io::Result<String> {
     use std::io::Read;
@@ -300,6 +319,13 @@ fn read_probe(path: &Path) -> std::io::Result<String> {
 }
 
 impl Member {
+    /// The cluster's name and the addresses of its nodes that take work, as the last heartbeat
+    /// saw them (what the daemon answers a `ClusterRequest` with).
+    pub fn view(&self) -> impl Fn() -> (String, Vec<String>) + Send + Sync + 'static {
+        let (name, nodes) = (self.cluster.clone(), self.nodes.clone());
+        move || (name.clone(), nodes.lock().unwrap().clone())
+    }
+
     /// Leaves the cluster: heartbeats stop and the node shows `left`.
     pub fn leave(mut self) {
         self.stop.store(true, Ordering::SeqCst);

@@ -50,6 +50,8 @@ pub struct ServiceConfig {
     pub tls_key: Option<PathBuf>,
     /// `--metrics-anonymous`.
     pub metrics_anonymous: bool,
+    /// `(cluster, node)` when `tern serve --cluster` made this service a node.
+    pub cluster_node: Option<(String, String)>,
 }
 
 /// What `start` reports once the API is listening.
@@ -75,7 +77,7 @@ pub fn start(cfg: ServiceConfig) -> Result<Started, String> {
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| format!("cannot create state directory {}: {e}", dir.display()))?;
     private_dir(dir)?;
     let lock = lock_state_dir(dir)?;
-    let store: Arc<dyn JobStore> = store::open(cfg.db.as_deref(), dir).map_err(|e| e.to_string())?;
+    let store: Arc<dyn JobStore> = store::open(cfg.db.as_deref(), dir, cfg.cluster_node.clone()).map_err(|e| e.to_string())?;
     let admin_token_file = first_admin_token(store.as_ref(), dir)?;
     let recovered = store.recover_interrupted(now()).map_err(|e| e.to_string())?;
     if recovered > 0 {

@@ -28,6 +28,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0003_run_as.sql"),
     include_str!("../migrations/postgres/0004_path_tests.sql"),
     include_str!("../migrations/postgres/0005_cluster.sql"),
+    include_str!("../migrations/postgres/0006_job_nodes.sql"),
 ];
 
 /// Serialises migrations of several services starting against one database.
@@ -39,6 +40,9 @@ const RESULT_COLUMNS: &str = "id, at, ok, rtt_ms, one_gbps, many_gbps, streams, 
 const TOKEN_COLUMNS: &str = "id, name, scope, path_prefix, created_by, created_at, expires_at, revoked_at, last_used_at, run_as";
 
 pub struct PgStore {
+    /// A cluster node's name and its cluster: its attempts are marked with the name, and the
+    /// attempts of its cluster's dead nodes are its to re-queue.
+    node: Option<(String, String)>,
     config: postgres::Config,
     /// Where, for messages: host and database, never the password.
     what: String,
@@ -79,8 +83,13 @@ impl PgStore {
     /// Connects to `url` (`postgres://user[:password]@host[:port]/db` or key=value form) and
     /// brings the schema up to date.
     pub fn open(url: &str) -> StoreResult<Self> {
+        Self::open_as(url, None)
+    }
+
+    /// The store of a cluster node (`(cluster, node)`), or of a service alone.
+    pub fn open_as(url: &str, node: Option<(String, String)>) -> StoreResult<Self> {
         let (config, what) = parse_url(url, "tern-service")?;
-        let store = Self { config, what, conn: Mutex::new(None) };
+        let store = Self { node, config, what, conn: Mutex::new(None) };
         store.with(migrate)??;
         Ok(store)
     }
@@ -245,7 +254,7 @@ impl JobStore for PgStore {
         let row = self.with(|c| {
             c.query_opt(
                 &format!(
-                    "UPDATE jobs SET state = 'running', attempts = attempts + 1, started_at = $1, updated_at = $1, progress = NULL,
+                    "UPDATE jobs SET state = 'running', attempts = attempts + 1, started_at = $1, updated_at = $1, progress = NULL, run_node = $2,
                                      claim_seq = (SELECT COALESCE(MAX(claim_seq), 0) + 1 FROM jobs)
                      WHERE id = (
                        SELECT j.id FROM jobs j WHERE j.state IN ('queued','retrying') AND j.not_before <= $1
@@ -255,7 +264,7 @@ impl JobStore for PgStore {
                        LIMIT 1 FOR UPDATE OF j SKIP LOCKED)
                      RETURNING {JOB_COLUMNS}"
                 ),
-                &[&now],
+                &[&now, &self.node.as_ref().map(|n| n.1.clone())],
             )
         })?;
         row.as_ref().map(job_row).transpose()
@@ -332,8 +341,32 @@ impl JobStore for PgStore {
     }
 
     fn recover_interrupted(&self, now: i64) -> StoreResult<u64> {
-        // The interrupted attempt does not count: the service died, not the transfer.
-        self.with(|c| c.execute("UPDATE jobs SET state = 'queued', attempts = GREATEST(attempts - 1, 0), updated_at = $1 WHERE state = 'running'", &[&now]))
+        // The interrupted attempt does not count: the service died, not the transfer. A cluster
+        // node takes back only its own attempts (and those no node marked): the others' are
+        // running on their nodes.
+        let me = self.node.as_ref().map(|n| n.1.clone());
+        self.with(|c| {
+            c.execute(
+                "UPDATE jobs SET state = 'queued', attempts = GREATEST(attempts - 1, 0), updated_at = $1
+                 WHERE state = 'running' AND ($2::text IS NULL OR run_node = $2 OR run_node IS NULL)",
+                &[&now, &me],
+            )
+        })
+    }
+
+    fn recover_orphans(&self, now: i64) -> StoreResult<u64> {
+        let Some((cluster, me)) = self.node.clone() else { return Ok(0) };
+        // A node that left, or is silent for 3 of its heartbeats (the registry's "unreachable"),
+        // runs nothing any more: its attempts go back to the queue, to resume from the journals.
+        self.with(|c| {
+            c.execute(
+                "UPDATE jobs SET state = 'queued', attempts = GREATEST(attempts - 1, 0), updated_at = $1
+                 WHERE state = 'running' AND run_node IS NOT NULL AND run_node <> $3 AND run_node IN (
+                   SELECT node FROM cluster_nodes WHERE cluster = $2
+                     AND (state = 'left' OR now() - heartbeat_at >= (heartbeat_ms * 3)::float8 * interval '1 millisecond'))",
+                &[&now, &cluster, &me],
+            )
+        })
     }
 
     fn pending_notifications(&self) -> StoreResult<Vec<Job>> {

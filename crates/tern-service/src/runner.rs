@@ -116,6 +116,30 @@ impl Runner {
         }
     }
 
+    /// On a cluster, other nodes share the job table: a job canceled through another node's API
+    /// is killed here, and the attempts of nodes that died or left are re-queued (they resume
+    /// from their journals on the shared file system). Alone, the first finds nothing to do and
+    /// the second is the store's no-op.
+    async fn follow_other_nodes(&self) {
+        let ids: Vec<i64> = self.lock().iter().filter(|(_, r)| !r.cancel).map(|(id, _)| *id).collect();
+        for id in ids {
+            let store = self.store.clone();
+            if let Ok(Some(job)) = blocking(move || store.get_job(id)).await
+                && job.state == JobState::Canceled
+            {
+                self.kill(id);
+            }
+        }
+        let store = self.store.clone();
+        match blocking(move || store.recover_orphans(now())).await {
+            Ok(n) if n > 0 => {
+                tracing::warn!("re-queued {n} job(s) of cluster nodes that left or fell silent; they resume from their journals");
+                self.poke();
+            }
+            _ => {}
+        }
+    }
+
     /// The scheduler: forever, start runnable jobs (fair by owner) while fewer than `max_jobs` run.
     pub async fn run(self: Arc<Self>) {
         let mut deadlines_checked = Instant::now().checked_sub(DEADLINE_EVERY).unwrap_or_else(Instant::now);
@@ -123,6 +147,7 @@ impl Runner {
             if deadlines_checked.elapsed() >= DEADLINE_EVERY {
                 deadlines_checked = Instant::now();
                 self.enforce_deadlines().await;
+                self.follow_other_nodes().await;
             }
             while self.running_count() < self.cfg.max_jobs {
                 let store = self.store.clone();

@@ -42,9 +42,10 @@ impl StoreError {
 
 /// Opens the store `--db` names: a `postgres://` / `postgresql://` URL, else the SQLite file
 /// `jobs.db` in the state directory.
-pub fn open(db: Option<&str>, state_dir: &std::path::Path) -> StoreResult<std::sync::Arc<dyn JobStore>> {
+/// `node`: this service is a cluster node, `(cluster, node)` (PostgreSQL only).
+pub fn open(db: Option<&str>, state_dir: &std::path::Path, node: Option<(String, String)>) -> StoreResult<std::sync::Arc<dyn JobStore>> {
     Ok(match db {
-        Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => std::sync::Arc::new(crate::pg::PgStore::open(url)?),
+        Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => std::sync::Arc::new(crate::pg::PgStore::open_as(url, node)?),
         Some(other) => return Err(StoreError::Db(format!("--db '{other}' is not a postgres:// URL; leave --db out for SQLite in the state directory"))),
         None => std::sync::Arc::new(crate::sqlite::SqliteStore::open(&state_dir.join("jobs.db"))?),
     })
@@ -92,6 +93,10 @@ pub trait JobStore: Send + Sync + 'static {
     fn requeue(&self, id: i64, now: i64) -> StoreResult<bool>;
     /// At start-up: attempts that were running when the service died go back to the queue.
     fn recover_interrupted(&self, now: i64) -> StoreResult<u64>;
+    /// On a cluster: attempts of nodes that left or fell silent go back to the queue.
+    fn recover_orphans(&self, _now: i64) -> StoreResult<u64> {
+        Ok(0)
+    }
     /// Terminal jobs with a webhook not yet delivered.
     fn pending_notifications(&self) -> StoreResult<Vec<Job>>;
     fn mark_notified(&self, id: i64) -> StoreResult<()>;

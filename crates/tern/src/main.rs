@@ -15,6 +15,7 @@ mod run;
 mod serve;
 mod serve_config;
 mod service_cli;
+mod spread;
 mod transfer;
 mod watch_cli;
 

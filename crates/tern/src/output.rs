@@ -218,7 +218,7 @@ pub(crate) fn report(p: &Progress, result: Result<Summary, TransferError>, secon
         if let Err(e) = &result {
             all.push(error_json(e));
         }
-        let v = json!({
+        let mut v = json!({
             "type": "summary",
             "ok": ok,
             "files": Progress::get(&p.files_done),
@@ -235,6 +235,9 @@ pub(crate) fn report(p: &Progress, result: Result<Summary, TransferError>, secon
             "errors_omitted": Progress::get(&p.errors_omitted),
             "plan": *p.plan.lock().unwrap(),
         });
+        if let Some(nodes) = crate::spread::pairs_json() {
+            v["nodes"] = nodes;
+        }
         println!("{v}");
     } else {
         if dry_run {

@@ -29,8 +29,9 @@ pub(crate) fn serve(a: ServeArgs) -> Result<ExitCode> {
     let listener = TcpListener::bind(&a.listen).with_context(|| format!("cannot listen on {}", a.listen))?;
     let dirs: Vec<PathBuf> = roots.iter().map(|(_, d)| d.clone()).collect();
     // Before the listening line: a refused node says one line and serves nothing.
-    let member = crate::service_cli::join_cluster(&a.service, &dirs, &secret, &listener.local_addr()?.to_string())?;
+    let member = crate::service_cli::join_cluster(&a.service, &dirs, &secret, &advertised(listener.local_addr()?))?;
     if let Some(member) = member {
+        tern_engine::server::cluster::set_view(Box::new(member.view()));
         // A clean stop leaves the cluster at once; kill -9 shows as unreachable after 3 heartbeats.
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
@@ -61,6 +62,16 @@ pub(crate) fn serve(a: ServeArgs) -> Result<ExitCode> {
     }
     tern_engine::server::session::serve_daemon(listener, Roots::Confined(roots), secret, Arc::new(a.hook.into_iter().collect()), config)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where clients of a cluster reach this node: the listening address, or this host's name where
+/// it listens on every address (`0.0.0.0:7700` would send them to themselves).
+fn advertised(local: std::net::SocketAddr) -> String {
+    if !local.ip().is_unspecified() {
+        return local.to_string();
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "localhost".into());
+    format!("{host}:{}", local.port())
 }
 
 fn load_or_create_token(path: &PathBuf) -> Result<Vec<u8>> {

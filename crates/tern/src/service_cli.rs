@@ -86,11 +86,11 @@ pub(crate) fn join_cluster(a: &ServeService, roots: &[PathBuf], secret: &[u8], l
     if !(db.starts_with("postgres://") || db.starts_with("postgresql://") || db.contains("host=")) {
         bail!("--cluster {cluster}: the nodes of a cluster share one PostgreSQL database; pass --db postgres://USER@HOST[:PORT]/DB");
     }
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "localhost".into());
+    let host = hostname();
     let version = tern_engine::faults::faults().version.clone().unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_string());
     let spec = tern_service::cluster::NodeSpec {
         cluster: cluster.clone(),
-        node: a.node_name.clone().unwrap_or_else(|| host.clone()),
+        node: node_name(a),
         host,
         version,
         roots: roots.to_vec(),
@@ -102,6 +102,15 @@ pub(crate) fn join_cluster(a: &ServeService, roots: &[PathBuf], secret: &[u8], l
     let member = tern_service::cluster::join(db, spec).map_err(|e| anyhow!("{e}"))?;
     eprintln!("tern serve: node {node} joined cluster {cluster}");
     Ok(Some(member))
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "localhost".into())
+}
+
+/// This node's name in its cluster: `--node-name`, else the host's name.
+fn node_name(a: &ServeService) -> String {
+    a.node_name.clone().unwrap_or_else(hostname)
 }
 
 /// Starts the service thread if `--http-listen` was given; otherwise does nothing at all.
@@ -129,6 +138,7 @@ pub(crate) fn start(a: &ServeService, daemon_roots: &[PathBuf]) -> Result<()> {
         tls_cert: a.tls_cert.clone(),
         tls_key: a.tls_key.clone(),
         metrics_anonymous: a.metrics_anonymous,
+        cluster_node: a.cluster.clone().map(|c| (c, node_name(a))),
     })
     .map_err(|e| anyhow!(e))?;
     eprintln!("tern serve: service API on https://{} (state in {}, certificate {})", started.addr, state_dir.display(), state_dir.join("tls/cert.pem").display());

@@ -35,6 +35,7 @@ pub(crate) fn transfer(srcs: &[String], dst: &str, recursive: bool, sync: bool, 
     if !sync && let Err(e) = tern_engine::client::remote_fs::expand_sources(&mut spec) {
         return Ok(output::report(&progress, Err(e), 0.0, c.json, c.dry_run, c.quiet));
     }
+    let spread = crate::spread::plan(&spec, srcs.iter().any(|s| contents_of(s)), sync, c.dry_run)?;
     if c.compat.compress && !c.quiet {
         eprintln!("tern: -z ignored: tern does not compress; data moves at network speed without it (most scientific data does not compress anyway)");
     }
@@ -55,7 +56,10 @@ pub(crate) fn transfer(srcs: &[String], dst: &str, recursive: bool, sync: bool, 
             }
         });
     }
-    let result = tern_engine::client::session::run(&spec, &progress);
+    let result = match spread {
+        Some(plan) => crate::spread::run(plan, &spec, &progress),
+        None => tern_engine::client::session::run(&spec, &progress),
+    };
     if c.fail_fast && !progress.errors.lock().unwrap().is_empty() {
         stop_at_first_failure(&progress, started, c.json);
     }

@@ -1530,3 +1530,89 @@ fn service_path_test_regression_notifies_once_when_the_link_is_throttled() {
     let metrics = s.client(&s.admin()).get_text("/metrics").unwrap();
     assert!(metrics.contains(&format!("tern_path_test_regressed{{id=\"{id}\",dest=\"tern://198.19.211.2:7788/\"}} 1")), "{metrics}");
 }
+
+/// A service that is a node of cluster `site-a` on `url`: its own state directory under `base`,
+/// the cluster's shared root and daemon token.
+fn cluster_node(base: &Path, shared: &Path, url: &str, name: &str) -> Service {
+    let root = shared.join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(base).unwrap();
+    let b = shared.to_str().unwrap().to_string();
+    let mut s = Service {
+        child: Command::new("true").spawn().unwrap(),
+        http: free_port(),
+        data_port: free_port(),
+        state: base.join("state"),
+        root,
+        daemon_token: shared.join("daemon.token"),
+        env: Vec::new(),
+        extra: ["--job-root", &b, "--allow-host", "127.0.0.1", "--allow-root-transfers", "--db", url, "--cluster", "site-a", "--node-name", name, "--cluster-heartbeat-ms", "300"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+    };
+    s.spawn();
+    s
+}
+
+/// Which node's runner has job `id`'s attempt (NULL: none).
+fn run_node(pg: &pg::Postgres, id: u64) -> String {
+    let o = pg.psql("tern").args(["-A", "-t", "-c", &format!("SELECT run_node FROM jobs WHERE id = {id}")]).output().unwrap();
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+#[test]
+fn cluster_nodes_share_jobs_take_over_a_dead_nodes_attempt_and_cancel_across_nodes() {
+    let Some(pg) = pg::Postgres::start() else { return };
+    let url = pg.create_db("tern");
+    let t = scratch();
+    let shared = t.path().join("site");
+    let mut nodes = [cluster_node(&t.path().join("a"), &shared, &url, "dtn-a"), cluster_node(&t.path().join("b"), &shared, &url, "dtn-b")];
+    // One database: the first node's admin token works on every node.
+    let admin = nodes[0].admin();
+    write_file(&shared.join("src/big"), 11, 24 << 20);
+    let (src, dst) = (shared.join("src"), shared.join("dst"));
+    // ~6 s at 4 MiB/s: still running when its node is killed.
+    let id = submit(&nodes[0], &admin, &[src.to_str().unwrap(), dst.to_str().unwrap(), "--bwlimit", "4M"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // Visible, with its state, through the other node's API.
+    while job(&nodes[1].client(&admin), id)["state"] != "running" {
+        assert!(Instant::now() < deadline, "job never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let runner = run_node(&pg, id);
+    let (dead, alive) = if runner == "dtn-a" { (0, 1) } else { (1, 0) };
+    assert!(runner == "dtn-a" || runner == "dtn-b", "the attempt names its node: '{runner}'");
+    std::thread::sleep(Duration::from_millis(1500));
+    nodes[dead].kill9();
+    // The other node re-queues it once the dead one is 3 heartbeats silent, and finishes it.
+    let (code, _, err) = nodes[alive].cli(&admin, &["wait", &id.to_string()]);
+    assert_eq!(code, 0, "wait: {err}");
+    assert_eq!(run_node(&pg, id), if alive == 0 { "dtn-a" } else { "dtn-b" });
+    assert_same_tree(&src, &dst);
+    let j = job(&nodes[alive].client(&admin), id);
+    assert_eq!(j["state"], "succeeded", "{j}");
+    // A node restarting takes back only its own attempts: the dead node comes back while a job
+    // runs on the other one, which goes on undisturbed; then that job is canceled through the
+    // node that does not run it, and its child stops.
+    let id2 = submit(&nodes[alive], &admin, &[src.to_str().unwrap(), shared.join("dst2").to_str().unwrap(), "--bwlimit", "2M"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while job(&nodes[alive].client(&admin), id2)["state"] != "running" {
+        assert!(Instant::now() < deadline, "job never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    nodes[dead].spawn();
+    let holder = if run_node(&pg, id2) == "dtn-a" { 0 } else { 1 };
+    let other = 1 - holder;
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(job(&nodes[other].client(&admin), id2)["state"], "running", "a restarted node left the other's attempt alone");
+    assert!(!children_of(nodes[holder].child.id()).is_empty(), "the holder runs a child");
+    let (code, out, err) = nodes[other].cli(&admin, &["cancel", &id2.to_string()]);
+    assert!(code == 0 && out.contains("canceled"), "{out} {err}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !children_of(nodes[holder].child.id()).is_empty() {
+        assert!(Instant::now() < deadline, "the holder's child still runs after a cancel through another node");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(job(&nodes[holder].client(&admin), id2)["state"], "canceled");
+}

@@ -3,6 +3,7 @@
 //! `server`.
 
 pub mod bootstrap;
+pub mod cluster;
 pub mod hook;
 pub mod probe;
 pub(crate) mod relay;

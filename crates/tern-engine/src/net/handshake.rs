@@ -23,7 +23,8 @@ pub(crate) fn our_features() -> u64 {
             | FEATURE_FS_OPS
             | tern_proto::msg::FEATURE_PATH_TESTS
             | tern_proto::msg::FEATURE_TEST_CPU
-            | tern_proto::msg::FEATURE_HOST_FACTS,
+            | tern_proto::msg::FEATURE_HOST_FACTS
+            | tern_proto::msg::FEATURE_CLUSTER,
     )
 }
 

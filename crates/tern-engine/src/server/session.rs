@@ -102,6 +102,12 @@ pub fn serve_session(halves: ControlHalves, streams: Receiver<PendingStream>, se
             }
             return crate::server::remote_fs::serve(roots, op, flags, &path, &writer).map(|_| Summary::default());
         }
+        Control::ClusterRequest => {
+            if let Some(d) = daemon {
+                d.record("auth=token op=cluster".into());
+            }
+            return crate::server::cluster::serve(&writer).map(|_| Summary::default());
+        }
         Control::TestRequest { path, flags, streams: n, chunk_size } => {
             if let Some(d) = daemon {
                 d.record(format!("auth=token op=test dest={:?} streams={n}", String::from_utf8_lossy(&path)));

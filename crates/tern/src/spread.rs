@@ -1,0 +1,517 @@
+//! One `tern cp -r` spread over every node of a cluster (docs/cluster.md "Spreading a
+//! transfer"): the destination daemon (and a daemon source) name their cluster's nodes, or the
+//! user gives an ssh host list (`h1,h2,h3:/dst`); the tree's regular files are cut into units,
+//! node pairs pull units from one queue (a fast pair takes more), and a closing pass of the
+//! whole tree on one pair makes directories, links and metadata and finds every unit's file
+//! identical. Each unit is an ordinary session with a file list, so every file is verified where
+//! it lands and published once, exactly as on one node; a unit whose pair fails goes back to the
+//! queue and the next pair resumes it from the partial files on the shared file system.
+
+use std::collections::VecDeque;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tern_engine::client::session::ClientSpec;
+use tern_engine::endpoint::Endpoint;
+use tern_engine::error::TransferError;
+use tern_engine::progress::Progress;
+use tern_proto::msg::{FS_RECURSIVE, MAX_FILE_LIST, Summary};
+use tern_proto::{FsKind, FsOp};
+
+/// A unit is at most this many files (a session's file list stays small) ...
+const UNIT_FILES: usize = 10_000;
+/// ... and about total ÷ (pairs × this) bytes, within the bounds below: enough units per pair
+/// that a fast pair can take more than its share, few enough that a session's start (a few
+/// round trips and the ramp) is paid rarely.
+const UNITS_PER_PAIR: u64 = 3;
+const UNIT_MIN_BYTES: u64 = 32 << 20;
+const UNIT_MAX_BYTES: u64 = 1 << 30;
+/// A unit whose pair failed this often is left to the closing pass (which reports why).
+const UNIT_ATTEMPTS: u32 = 3;
+/// How long a unit's session keeps reconnecting to its pair before the unit moves on.
+const UNIT_RETRY: Duration = Duration::from_secs(5);
+/// How often the coordinator asks the destination cluster for nodes that joined.
+const REFRESH: Duration = Duration::from_secs(5);
+
+/// What was decided before any data moved.
+pub(crate) struct Plan {
+    /// One (source, destination) endpoint pair per worker, paths not yet set.
+    pairs: Vec<(Endpoint, Endpoint)>,
+    /// The destination directory the tree's contents land in.
+    target: String,
+    /// The source directory whose contents are listed.
+    source_dir: String,
+    units: Vec<Unit>,
+    files: u64,
+    bytes: u64,
+    /// The destination's cluster, asked again for nodes that joined (none for a host list).
+    refresh: Option<Endpoint>,
+}
+
+struct Unit {
+    paths: Vec<Vec<u8>>,
+    bytes: u64,
+    attempts: u32,
+}
+
+/// Whether `spec` is a copy that can be spread, and over what. `None`: run it as one session.
+/// An ssh host list that cannot be spread is an error (there is no host "a,b" to copy to).
+pub(crate) fn plan(spec: &ClientSpec, contents: bool, sync: bool, dry_run: bool) -> anyhow::Result<Option<Plan>> {
+    let host_list = matches!(&spec.dest, Endpoint::Ssh { host, .. } if host.contains(','));
+    let why_not = if sync {
+        Some("sync")
+    } else if dry_run {
+        Some("--dry-run")
+    } else if spec.files_from.is_some() {
+        Some("--files-from")
+    } else if !spec.filters.is_empty() {
+        Some("--exclude/--include")
+    } else if spec.sources.len() != 1 || !spec.options.recursive() {
+        Some("anything but one directory copied with -r")
+    } else if spec.ssh.reverse {
+        Some("--reverse")
+    } else {
+        None
+    };
+    if let Some(why) = why_not {
+        if host_list {
+            anyhow::bail!("destination: a host list (h1,h2:/dir) spreads one cp -r of one directory; {why} does not spread: name one host");
+        }
+        return Ok(None);
+    }
+    if std::env::var_os("TERN_ONE_NODE").is_some_and(|v| v == "1") {
+        if host_list {
+            anyhow::bail!("destination: TERN_ONE_NODE=1 and a host list: name one host");
+        }
+        return Ok(None);
+    }
+    // Anything the plan cannot learn (a daemon that does not answer, a parent that cannot be
+    // listed) leaves the transfer to one session, which says what is wrong in its own words.
+    let dst_nodes: Vec<Endpoint> = match &spec.dest {
+        Endpoint::Ssh { host, port, path } if host_list => {
+            let user = host.split_once('@').map(|(u, _)| u.to_string());
+            host.split(',')
+                .filter(|h| !h.is_empty())
+                .map(|h| {
+                    let host = match (&user, h.contains('@')) {
+                        (Some(u), false) => format!("{u}@{h}"),
+                        _ => h.to_string(),
+                    };
+                    Endpoint::Ssh { host, port: *port, path: path.clone() }
+                })
+                .collect()
+        }
+        Endpoint::Daemon { path, .. } => match tern_engine::client::cluster::of(&dest_side(spec), &spec.dest).ok().flatten() {
+            Some(c) => c.nodes.iter().filter_map(|n| daemon_at(n, path)).collect(),
+            None => return Ok(None),
+        },
+        _ => return Ok(None),
+    };
+    let src = &spec.sources[0];
+    let src_nodes: Vec<Endpoint> = match src {
+        Endpoint::Daemon { path, .. } => match tern_engine::client::cluster::of(spec, src).ok().flatten() {
+            Some(c) => c.nodes.iter().filter_map(|n| daemon_at(n, path)).collect(),
+            None => vec![src.clone()],
+        },
+        Endpoint::Local(_) => vec![src.clone()],
+        Endpoint::Ssh { .. } if host_list => anyhow::bail!("destination: a host list (h1,h2:/dir) takes a local source directory; run tern on the source host"),
+        Endpoint::Ssh { .. } => return Ok(None),
+    };
+    let n = src_nodes.len().max(dst_nodes.len());
+    if n < 2 {
+        return Ok(None);
+    }
+    let pairs: Vec<(Endpoint, Endpoint)> = (0..n).map(|i| (src_nodes[i % src_nodes.len()].clone(), dst_nodes[i % dst_nodes.len()].clone())).collect();
+    let (files, target) = match (list_files(spec, src), target_dir(&dest_side(spec), &dst_nodes[0], contents)) {
+        (Ok(Some((files, total))), Ok(Some(target))) => ((files, total), target),
+        (Err(e), _) | (_, Err(e)) if host_list => anyhow::bail!("{e}"),
+        _ if host_list => anyhow::bail!("destination: a host list (h1,h2:/dir) spreads one cp -r of one directory into a directory; copy to one host"),
+        _ => return Ok(None),
+    };
+    let (files, total) = files;
+    let count = files.len() as u64;
+    let units = cut(files, n as u64, total);
+    Ok(Some(Plan { pairs, target, source_dir: src.path_str(), files: count, bytes: total, units, refresh: (!host_list).then(|| spec.dest.clone()) }))
+}
+
+/// The settings to ask the destination with: in a copy between two daemons, its own token.
+fn dest_side(spec: &ClientSpec) -> ClientSpec {
+    let mut s = spec.clone();
+    if spec.sources.first().is_some_and(|e| !e.is_local()) && s.dst_token_file.is_some() {
+        s.token_file = s.dst_token_file.clone();
+    }
+    s
+}
+
+fn daemon_at(addr: &str, path: &str) -> Option<Endpoint> {
+    Endpoint::parse(&format!("tern://{addr}{path}")).ok()
+}
+
+/// A regular file of the source: its path relative to the source directory, and its size.
+type Listed = (Vec<u8>, u64);
+
+/// The source's regular files (relative path, size), in walk order; `None` for a source that is
+/// not a directory, or a tree larger than one transfer's file list may be.
+fn list_files(spec: &ClientSpec, src: &Endpoint) -> Result<Option<(Vec<Listed>, u64)>, TransferError> {
+    let mut out = Vec::new();
+    match src {
+        Endpoint::Local(dir) => {
+            if !dir.is_dir() {
+                return Ok(None);
+            }
+            let mut stack = vec![PathBuf::new()];
+            while let Some(rel) = stack.pop() {
+                let Ok(rd) = std::fs::read_dir(dir.join(&rel)) else { continue };
+                for e in rd.flatten() {
+                    let Ok(ft) = e.file_type() else { continue };
+                    let rel = rel.join(e.file_name());
+                    if ft.is_dir() {
+                        stack.push(rel);
+                    } else if ft.is_file() {
+                        use std::os::unix::fs::MetadataExt;
+                        let Ok(md) = e.metadata() else { continue };
+                        // Hard links stay links: the closing pass sees all their names at once.
+                        if md.nlink() > 1 {
+                            continue;
+                        }
+                        out.push((rel.as_os_str().as_bytes().to_vec(), md.len()));
+                        if out.len() > MAX_FILE_LIST {
+                            return Ok(None);
+                        }
+                    }
+                }
+            }
+        }
+        _ => {
+            let entries = tern_engine::client::remote_fs::request(spec, src, FsOp::List, FS_RECURSIVE)?;
+            out.extend(entries.into_iter().filter(|e| e.kind == FsKind::File).map(|e| (e.name, e.size)));
+            if out.len() > MAX_FILE_LIST {
+                return Ok(None);
+            }
+        }
+    }
+    let total = out.iter().map(|(_, s)| s).sum();
+    Ok(Some((out, total)))
+}
+
+/// Where the source directory's contents land, decided once, as the single session would: `SRC/.`
+/// into DST; `SRC` into DST/name when DST is a directory, as DST when it does not exist yet.
+/// `None` (do not spread) when DST's parent cannot be listed: the single session says why.
+fn target_dir(spec: &ClientSpec, dest: &Endpoint, contents: bool) -> Result<Option<String>, TransferError> {
+    let dst = spec.dest.path_str();
+    if contents {
+        return Ok(Some(dst));
+    }
+    let src = spec.sources[0].path_str();
+    let Some(name) = Path::new(src.trim_end_matches('/')).file_name().map(|n| n.as_bytes().to_vec()) else { return Ok(None) };
+    let trimmed = dst.trim_end_matches('/');
+    let (parent, leaf) = match trimmed.rfind('/') {
+        Some(i) => (if i == 0 { "/".to_string() } else { trimmed[..i].to_string() }, trimmed.as_bytes()[i + 1..].to_vec()),
+        None => (".".to_string(), trimmed.as_bytes().to_vec()),
+    };
+    if leaf.is_empty() {
+        // DST is a root ("/" or "host:"): it exists and is a directory.
+        return Ok(Some(format!("{}/{}", trimmed, String::from_utf8_lossy(&name))));
+    }
+    let entries = tern_engine::client::remote_fs::request(spec, &with_path(dest, &parent), FsOp::List, 0)?;
+    Ok(match entries.iter().find(|e| e.name == leaf) {
+        None => Some(dst),
+        Some(e) if e.kind == FsKind::Dir => Some(format!("{trimmed}/{}", String::from_utf8_lossy(&name))),
+        Some(_) => None,
+    })
+}
+
+fn set_path(ep: &mut Endpoint, p: &str) {
+    match ep {
+        Endpoint::Local(l) => *l = PathBuf::from(p),
+        Endpoint::Ssh { path, .. } | Endpoint::Daemon { path, .. } => *path = p.to_string(),
+    }
+}
+
+/// Files into units: batches in walk order up to the unit size, the largest units first (so the
+/// last units to finish are small ones and no pair waits long for another).
+fn cut(files: Vec<Listed>, pairs: u64, total: u64) -> Vec<Unit> {
+    let size = (total / (pairs * UNITS_PER_PAIR).max(1)).clamp(UNIT_MIN_BYTES, UNIT_MAX_BYTES);
+    let mut units = Vec::new();
+    let mut cur = Unit { paths: Vec::new(), bytes: 0, attempts: 0 };
+    for (path, len) in files {
+        if !cur.paths.is_empty() && (cur.bytes + len > size || cur.paths.len() >= UNIT_FILES) {
+            units.push(std::mem::replace(&mut cur, Unit { paths: Vec::new(), bytes: 0, attempts: 0 }));
+        }
+        cur.bytes += len;
+        cur.paths.push(path);
+    }
+    if !cur.paths.is_empty() {
+        units.push(cur);
+    }
+    units.sort_by_key(|u| std::cmp::Reverse(u.bytes));
+    units
+}
+
+/// What each pair of the last spread transfer moved (this process runs one transfer).
+static PAIRS: Mutex<Vec<PairTally>> = Mutex::new(Vec::new());
+
+/// The per-node part of `--json`'s summary: one object per node pair; `None` when the transfer
+/// was not spread.
+pub(crate) fn pairs_json() -> Option<serde_json::Value> {
+    let pairs = PAIRS.lock().unwrap();
+    (!pairs.is_empty()).then(|| {
+        pairs
+            .iter()
+            .map(|t| {
+                serde_json::json!({
+                    "source": t.source, "destination": t.name, "units": t.units, "bytes": t.bytes, "seconds": t.seconds,
+                    "gbps": if t.seconds > 0.0 { t.bytes as f64 * 8.0 / t.seconds / 1e9 } else { 0.0 },
+                    "left": t.gave_up,
+                })
+            })
+            .collect()
+    })
+}
+
+/// What one pair moved, for the per-node lines.
+#[derive(Default, Clone)]
+struct PairTally {
+    source: String,
+    name: String,
+    units: u64,
+    bytes: u64,
+    seconds: f64,
+    gave_up: Option<String>,
+}
+
+struct Shared {
+    queue: Mutex<VecDeque<Unit>>,
+    /// Sessions running now: their progress, summed into the display's.
+    live: Mutex<Vec<Arc<Progress>>>,
+    /// What finished sessions moved.
+    done: Mutex<Totals>,
+    tallies: Mutex<Vec<PairTally>>,
+    busy: std::sync::atomic::AtomicUsize,
+}
+
+#[derive(Default)]
+struct Totals {
+    bytes: u64,
+    bytes_resent: u64,
+    chunks_resent: u64,
+    bytes_skipped: u64,
+    files_done: u64,
+}
+
+fn endpoint_name(ep: &Endpoint) -> String {
+    match ep {
+        Endpoint::Local(_) => "here".into(),
+        Endpoint::Ssh { host, .. } => host.clone(),
+        Endpoint::Daemon { host, port, .. } => format!("{host}:{port}"),
+    }
+}
+
+/// Runs the plan: pairs pull units until the queue is empty, then one closing pass of the whole
+/// tree. `progress` is what the display and the report read.
+pub(crate) fn run(plan: Plan, spec: &ClientSpec, progress: &Arc<Progress>) -> Result<Summary, TransferError> {
+    Progress::add(&progress.bytes_total, plan.bytes);
+    Progress::add(&progress.files_total, plan.files);
+    let shared = Arc::new(Shared { queue: Mutex::new(plan.units.into_iter().collect()), live: Mutex::default(), done: Mutex::default(), tallies: Mutex::default(), busy: Default::default() });
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let names: Vec<String> = plan.pairs.iter().map(|(_, d)| endpoint_name(d)).collect();
+        progress.notices.lock().unwrap().push(format!("spread over {} node pairs (to {})", plan.pairs.len(), names.join(", ")));
+    }
+    std::thread::scope(|scope| {
+        let summer = {
+            let (shared, stop, progress) = (shared.clone(), stop.clone(), progress.clone());
+            scope.spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    publish_totals(&shared, &progress);
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            })
+        };
+        let mut known: Vec<String> = plan.pairs.iter().map(|(_, d)| endpoint_name(d)).collect();
+        let mut workers = Vec::new();
+        for (i, (s, d)) in plan.pairs.iter().enumerate() {
+            let w = worker(spec, &plan.source_dir, &plan.target, s.clone(), d.clone(), shared.clone(), i);
+            workers.push(scope.spawn(w));
+        }
+        // New nodes of the destination's cluster join the work while units remain.
+        let mut next_refresh = Instant::now() + REFRESH;
+        let mut i = plan.pairs.len();
+        while workers.iter().any(|w| !w.is_finished()) {
+            std::thread::sleep(Duration::from_millis(100));
+            if Instant::now() < next_refresh || shared.queue.lock().unwrap().is_empty() {
+                continue;
+            }
+            next_refresh = Instant::now() + REFRESH;
+            let Some(ask) = &plan.refresh else { continue };
+            let Ok(Some(c)) = tern_engine::client::cluster::of(&dest_side(spec), ask) else { continue };
+            for n in c.nodes {
+                let Some(d) = daemon_at(&n, &plan.target) else { continue };
+                if known.contains(&endpoint_name(&d)) {
+                    continue;
+                }
+                known.push(endpoint_name(&d));
+                let s = plan.pairs[i % plan.pairs.len()].0.clone();
+                progress.notices.lock().unwrap().push(format!("node {n} joined the transfer"));
+                workers.push(scope.spawn(worker(spec, &plan.source_dir, &plan.target, s, d, shared.clone(), i)));
+                i += 1;
+            }
+        }
+        stop.store(true, Ordering::SeqCst);
+        let _ = summer.join();
+    });
+    publish_totals(&shared, progress);
+    *PAIRS.lock().unwrap() = shared.tallies.lock().unwrap().clone();
+    for t in shared.tallies.lock().unwrap().iter() {
+        let rate = if t.seconds > 0.0 { t.bytes as f64 * 8.0 / t.seconds / 1e9 } else { 0.0 };
+        let mut line = format!("node pair {} to {}: {} units, {} bytes in {:.1} s, {rate:.2} Gb/s", t.source, t.name, t.units, t.bytes, t.seconds);
+        if let Some(why) = &t.gave_up {
+            line.push_str(&format!("; left the transfer: {why}"));
+        }
+        progress.notices.lock().unwrap().push(line);
+    }
+    // The closing pass: the whole tree on the first pair that still answers; every unit's file
+    // is found identical, anything a unit could not move is moved (or reported) here.
+    let mut closing = spec.clone();
+    closing.options.set_contents(true);
+    let (s, d) = &plan.pairs[0];
+    closing.sources = vec![with_path(s, &plan.source_dir)];
+    closing.dest = with_path(d, &plan.target);
+    let gave_up: Vec<String> = shared.tallies.lock().unwrap().iter().filter(|t| t.gave_up.is_some()).map(|t| t.name.clone()).collect();
+    if let Some((s, d)) = plan.pairs.iter().find(|(_, d)| !gave_up.contains(&endpoint_name(d))) {
+        closing.sources = vec![with_path(s, &plan.source_dir)];
+        closing.dest = with_path(d, &plan.target);
+    }
+    let last = Arc::new(Progress::default());
+    let r = tern_engine::client::session::run(&closing, &last);
+    let units_done = shared.done.lock().unwrap().files_done;
+    Progress::add(&progress.bytes, Progress::get(&last.bytes));
+    Progress::add(&progress.bytes_resent, Progress::get(&last.bytes_resent));
+    Progress::add(&progress.chunks_resent, Progress::get(&last.chunks_resent));
+    Progress::add(&progress.files_done, Progress::get(&last.files_done));
+    Progress::add(&progress.files_skipped, Progress::get(&last.files_skipped).saturating_sub(units_done));
+    Progress::add(&progress.files_failed, Progress::get(&last.files_failed));
+    Progress::add(&progress.errors_omitted, Progress::get(&last.errors_omitted));
+    progress.errors.lock().unwrap().extend(std::mem::take(&mut *last.errors.lock().unwrap()));
+    progress.notices.lock().unwrap().extend(std::mem::take(&mut *last.notices.lock().unwrap()));
+    // The closing pass counts unit files as found identical; they were moved by this run.
+    progress.bytes_total.store(plan.bytes.max(Progress::get(&last.bytes_total)), Ordering::Relaxed);
+    r.map(|last| Summary {
+        files_done: Progress::get(&progress.files_done),
+        files_failed: last.files_failed,
+        bytes_written: Progress::get(&progress.bytes),
+        chunks_resent: Progress::get(&progress.chunks_resent),
+        bytes_resent: Progress::get(&progress.bytes_resent),
+        deleted: 0,
+    })
+}
+
+fn with_path(ep: &Endpoint, p: &str) -> Endpoint {
+    let mut e = ep.clone();
+    set_path(&mut e, p);
+    e
+}
+
+/// The display's counters: finished sessions plus the running ones.
+fn publish_totals(shared: &Shared, progress: &Progress) {
+    let live = shared.live.lock().unwrap();
+    let d = shared.done.lock().unwrap();
+    let sum = |f: fn(&Progress) -> u64| live.iter().map(|p| f(p)).sum::<u64>();
+    progress.bytes.store(d.bytes + sum(|p| Progress::get(&p.bytes)), Ordering::Relaxed);
+    progress.bytes_resent.store(d.bytes_resent + sum(|p| Progress::get(&p.bytes_resent)), Ordering::Relaxed);
+    progress.chunks_resent.store(d.chunks_resent + sum(|p| Progress::get(&p.chunks_resent)), Ordering::Relaxed);
+    progress.bytes_skipped.store(d.bytes_skipped + sum(|p| Progress::get(&p.bytes_skipped)), Ordering::Relaxed);
+    progress.files_done.store(d.files_done + sum(|p| Progress::get(&p.files_done)), Ordering::Relaxed);
+    progress.streams.store(sum(|p| Progress::get(&p.streams)), Ordering::Relaxed);
+}
+
+/// One pair's loop: take a unit, move it in one session, until the queue is empty or the pair
+/// fails (its unit goes back for another pair).
+fn worker(spec: &ClientSpec, source_dir: &str, target: &str, src: Endpoint, dst: Endpoint, shared: Arc<Shared>, index: usize) -> impl FnOnce() + Send + 'static {
+    let mut base = spec.clone();
+    base.options.set_contents(true);
+    base.sources = vec![with_path(&src, source_dir)];
+    base.dest = with_path(&dst, target);
+    base.retry_for = UNIT_RETRY;
+    let (name, source) = (endpoint_name(&dst), endpoint_name(&src));
+    move || {
+        let mut tally = PairTally { name, source, ..Default::default() };
+        loop {
+            let Some(mut unit) = shared.queue.lock().unwrap().pop_front() else {
+                // Units still running elsewhere may come back if their pair fails.
+                if shared.busy.load(Ordering::SeqCst) == 0 {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            };
+            shared.busy.fetch_add(1, Ordering::SeqCst);
+            let mut s = base.clone();
+            s.files_from = Some(Arc::new(std::mem::take(&mut unit.paths)));
+            let p = Arc::new(Progress::default());
+            shared.live.lock().unwrap().push(p.clone());
+            let started = Instant::now();
+            let r = tern_engine::client::session::run(&s, &p);
+            tally.seconds += started.elapsed().as_secs_f64();
+            {
+                let mut live = shared.live.lock().unwrap();
+                live.retain(|x| !Arc::ptr_eq(x, &p));
+                let mut d = shared.done.lock().unwrap();
+                d.bytes += Progress::get(&p.bytes);
+                d.bytes_resent += Progress::get(&p.bytes_resent);
+                d.chunks_resent += Progress::get(&p.chunks_resent);
+                d.bytes_skipped += Progress::get(&p.bytes_skipped);
+                d.files_done += Progress::get(&p.files_done);
+            }
+            tally.bytes += Progress::get(&p.bytes);
+            match r {
+                Ok(_) => {
+                    tally.units += 1;
+                    shared.busy.fetch_sub(1, Ordering::SeqCst);
+                }
+                Err(e) => {
+                    tracing::info!("pair {index} ({}): unit of {} files failed: {e}", tally.name, s.files_from.as_ref().map_or(0, |l| l.len()));
+                    unit.paths = Arc::try_unwrap(s.files_from.take().unwrap()).unwrap_or_else(|a| (*a).clone());
+                    unit.attempts += 1;
+                    if unit.attempts < UNIT_ATTEMPTS {
+                        shared.queue.lock().unwrap().push_front(unit);
+                    }
+                    shared.busy.fetch_sub(1, Ordering::SeqCst);
+                    tally.gave_up = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+        shared.tallies.lock().unwrap().push(tally);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_are_bounded_and_cover_every_file_once() {
+        let files: Vec<(Vec<u8>, u64)> = (0..25_000u64).map(|i| (format!("d/{i}").into_bytes(), if i % 1000 == 0 { 200 << 20 } else { 4096 })).collect();
+        let total: u64 = files.iter().map(|f| f.1).sum();
+        let units = cut(files.clone(), 3, total);
+        let mut seen: Vec<Vec<u8>> = units.iter().flat_map(|u| u.paths.clone()).collect();
+        seen.sort();
+        let mut want: Vec<Vec<u8>> = files.into_iter().map(|f| f.0).collect();
+        want.sort();
+        assert_eq!(seen, want);
+        assert!(units.iter().all(|u| u.paths.len() <= UNIT_FILES));
+        assert!(units.windows(2).all(|w| w[0].bytes >= w[1].bytes), "largest first");
+        assert!(units.len() >= 6, "enough units for 3 pairs to balance: {}", units.len());
+    }
+
+    #[test]
+    fn a_file_larger_than_a_unit_is_a_unit_of_its_own() {
+        let units = cut(vec![(b"a".to_vec(), 5 << 30), (b"b".to_vec(), 1), (b"c".to_vec(), 2 << 30)], 2, 7 << 30);
+        assert_eq!(units.len(), 3);
+        assert_eq!(units[0].paths, vec![b"a".to_vec()]);
+    }
+}

@@ -1,0 +1,182 @@
+//! One copy spread over the nodes of a cluster (issue 14, docs/cluster.md "Spreading a
+//! transfer"): real daemons on loopback ports registered in a real PostgreSQL, a real sshd for the
+//! host list. Every copy is compared file by file with the source; a node killed mid-copy costs
+//! only what it had in flight.
+
+#![allow(clippy::print_stdout, clippy::print_stderr)] // a test says what it measured or skipped
+
+mod common;
+#[path = "../../tern-service/tests/support/pg.rs"]
+#[allow(dead_code)] // psql: the service tests'
+mod pg;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// The petascale tree (links, an empty directory, odd names, a sparse file) plus 40 MiB more, so
+/// that it makes several units.
+fn source(root: &Path) -> u64 {
+    let mut total = petascale_tree(root);
+    for i in 0..40 {
+        write_file(&root.join(format!("big/f{i:02}")), 1000 + i, 1 << 20);
+        total += 1 << 20;
+    }
+    total
+}
+
+fn nodes(url: &str, root: &Path, token: &Path, k: usize) -> Vec<Daemon> {
+    let ds: Vec<Daemon> = (0..k)
+        .map(|i| {
+            let name = format!("dtn{i}");
+            Daemon::start_with(root, token, 0, &[], &["--db", url, "--cluster", "site-b", "--node-name", &name, "--cluster-heartbeat-ms", "300"])
+        })
+        .collect();
+    // Every node active, and each one's view of the others fresh (a heartbeat after the last
+    // one joined).
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut cmd = Command::new(tern_bin());
+        cmd.args(["cluster", "status", "--db", url, "--cluster", "site-b"]).stdin(Stdio::null());
+        let o = run_bounded(cmd, Duration::from_secs(30));
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        if text.matches(" active").count() == k {
+            break;
+        }
+        assert!(Instant::now() < until, "nodes did not all join: {text}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(700));
+    ds
+}
+
+/// Node pairs of `--json`'s summary that moved at least one unit.
+fn pairs_with_units(summary: &serde_json::Value) -> usize {
+    summary["nodes"].as_array().map_or(0, |n| n.iter().filter(|p| p["units"].as_u64().unwrap_or(0) > 0).count())
+}
+
+#[test]
+fn a_copy_to_a_cluster_spreads_over_every_node_and_lands_verified() {
+    let Some(pg) = pg::Postgres::start() else { return };
+    let url = pg.create_db("spread");
+    let t = scratch();
+    let (src, root, token) = (t.path().join("run42"), t.path().join("lustre"), t.path().join("token"));
+    std::fs::create_dir_all(&root).unwrap();
+    let total = source(&src);
+    let ds = nodes(&url, &root, &token, 3);
+    let r = tern(&["cp", "-r", "--token-file", token.to_str().unwrap(), src.to_str().unwrap(), &ds[0].url("/project")], &[]);
+    let e = r.stderr();
+    assert!(r.ok(), "{e}");
+    assert!(e.contains("spread over 3 node pairs"), "{e}");
+    assert!(pairs_with_units(&r.json) >= 2, "the work was shared: {}", r.json);
+    assert!(e.lines().filter(|l| l.contains("node pair here to 127.0.0.1:")).count() == 3, "a line per pair: {e}");
+    // `cp -r SRC DST` with DST missing makes DST the copy, as on one node.
+    assert_same_tree(&src, &root.join("project"));
+    assert_no_leftovers(&root);
+    assert!(r.u64("bytes") >= total - (1 << 20), "moved {} of {total}", r.u64("bytes"));
+    // Again, into the directory that now exists: the copy lands beneath it, as cp does; then a
+    // third run finds everything identical.
+    let r = tern(&["cp", "-r", "--token-file", token.to_str().unwrap(), src.to_str().unwrap(), &ds[1].url("/project")], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_same_tree(&src, &root.join("project/run42"));
+    let r = tern(&["cp", "-r", "--token-file", token.to_str().unwrap(), src.to_str().unwrap(), &ds[1].url("/project")], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_eq!(r.u64("bytes"), 0, "nothing sent again: {}", r.json);
+}
+
+#[test]
+fn a_destination_node_killed_mid_copy_costs_only_what_it_had_in_flight() {
+    let Some(pg) = pg::Postgres::start() else { return };
+    let url = pg.create_db("spreadkill");
+    let t = scratch();
+    let (src, root, token) = (t.path().join("run42"), t.path().join("lustre"), t.path().join("token"));
+    std::fs::create_dir_all(&root).unwrap();
+    let total = source(&src);
+    let mut ds = nodes(&url, &root, &token, 3);
+    // 8 MiB/s a pair: each pair's first unit takes seconds, so the kill lands mid-unit.
+    let mut cmd = Command::new(tern_bin());
+    cmd.args(["cp", "-r", "--json", "--bwlimit", "8M", "--token-file", token.to_str().unwrap(), src.to_str().unwrap(), &ds[0].url("/project")]).stdin(Stdio::null());
+    let copy = std::thread::spawn(move || run_bounded(cmd, Duration::from_secs(120)));
+    std::thread::sleep(Duration::from_millis(1500));
+    ds[2].kill9();
+    let out = copy.join().unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{e}");
+    assert!(e.contains("left the transfer"), "the killed node's pair says so: {e}");
+    assert_same_tree(&src, &root.join("project"));
+    assert_no_leftovers(&root);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let moved = json["bytes"].as_u64().unwrap();
+    // A unit is at most 32 MiB here; the dead node had at most one in flight.
+    let again = moved.saturating_sub(total);
+    println!("moved {moved} bytes for {total}: {again} sent again after the kill");
+    assert!(again <= 32 << 20, "sent again {again} bytes, more than one unit: {e}");
+}
+
+#[test]
+fn an_ssh_host_list_spreads_the_copy_over_its_hosts() {
+    let Some(sshd) = require_sshd() else { return };
+    let t = scratch();
+    let (src, dst) = (t.path().join("run42"), t.path().join("global"));
+    source(&src);
+    let target = format!("127.0.0.1,localhost:{}", dst.display());
+    let r = tern(&["cp", "-r", "--ssh", &sshd.ssh_cmd(), src.to_str().unwrap(), &target], &[]);
+    let e = r.stderr();
+    assert!(r.ok(), "{e}");
+    assert!(e.contains("spread over 2 node pairs (to 127.0.0.1, localhost)"), "{e}");
+    assert_same_tree(&src, &dst);
+    assert_no_leftovers(&dst);
+    // What a host list cannot spread is refused in one line, before anything moves.
+    let r = tern(&["sync", "--ssh", &sshd.ssh_cmd(), src.to_str().unwrap(), &target], &[]);
+    assert!(!r.ok());
+    assert!(r.stderr().contains("a host list (h1,h2:/dir) spreads one cp -r"), "{}", r.stderr());
+}
+
+fn site(url: &str, name: &str, root: &Path, token: &Path, k: usize, extra: &[&str]) -> Vec<Daemon> {
+    let ds: Vec<Daemon> = (0..k)
+        .map(|i| {
+            let node = format!("{name}{i}");
+            let mut args = vec!["--db", url, "--cluster", name, "--node-name", &node, "--cluster-heartbeat-ms", "300"];
+            args.extend_from_slice(extra);
+            Daemon::start_with(root, token, 0, &[], &args)
+        })
+        .collect();
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut cmd = Command::new(tern_bin());
+        cmd.args(["cluster", "status", "--db", url, "--cluster", name]).stdin(Stdio::null());
+        let text = String::from_utf8_lossy(&run_bounded(cmd, Duration::from_secs(30)).stdout).into_owned();
+        if text.matches(" active").count() == k {
+            break;
+        }
+        assert!(Instant::now() < until, "nodes did not all join: {text}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(700));
+    ds
+}
+
+#[test]
+fn a_copy_between_two_clusters_spreads_over_node_pairs_of_both_sites() {
+    let Some(pg) = pg::Postgres::start() else { return };
+    let (url_a, url_b) = (pg.create_db("site_a"), pg.create_db("site_b"));
+    let t = scratch();
+    let (root_a, root_b) = (t.path().join("lustre-a"), t.path().join("lustre-b"));
+    let (token_a, token_b) = (t.path().join("token-a"), t.path().join("token-b"));
+    std::fs::create_dir_all(&root_b).unwrap();
+    source(&root_a.join("run42"));
+    // The sending nodes may dial the receiving site's data addresses.
+    let a = site(&url_a, "site-a", &root_a, &token_a, 2, &["--dial-allow", "127.0.0.1"]);
+    let b = site(&url_b, "site-b", &root_b, &token_b, 2, &[]);
+    let r = tern(&["cp", "-r", "--token-file", token_a.to_str().unwrap(), "--dst-token-file", token_b.to_str().unwrap(), &a[0].url("/run42"), &b[1].url("/run42")], &[]);
+    let e = r.stderr();
+    assert!(r.ok(), "{e}");
+    assert!(e.contains("spread over 2 node pairs"), "{e}");
+    let sources: std::collections::BTreeSet<String> =
+        r.json["nodes"].as_array().unwrap().iter().filter(|p| p["units"].as_u64().unwrap_or(0) > 0).map(|p| p["source"].as_str().unwrap().to_string()).collect();
+    assert_eq!(sources.len(), 2, "both source nodes sent: {}", r.json);
+    assert_same_tree(&root_a.join("run42"), &root_b.join("run42"));
+    assert_no_leftovers(&root_b);
+}
