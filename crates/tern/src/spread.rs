@@ -49,6 +49,8 @@ pub(crate) struct Plan {
     bytes: u64,
     /// The destination's cluster, asked again for nodes that joined (none for a host list).
     refresh: Option<Endpoint>,
+    /// The source's cluster, asked the same way (none for a local source).
+    refresh_src: Option<Endpoint>,
 }
 
 struct Unit {
@@ -134,7 +136,16 @@ pub(crate) fn plan(spec: &ClientSpec, contents: bool, sync: bool, dry_run: bool)
     let (files, total) = files;
     let count = files.len() as u64;
     let units = cut(files, n as u64, total);
-    Ok(Some(Plan { pairs, target, source_dir: src.path_str(), files: count, bytes: total, units, refresh: (!host_list).then(|| spec.dest.clone()) }))
+    Ok(Some(Plan {
+        pairs,
+        target,
+        source_dir: src.path_str(),
+        files: count,
+        bytes: total,
+        units,
+        refresh: (!host_list).then(|| spec.dest.clone()),
+        refresh_src: (src_nodes.len() > 1 || matches!(src, Endpoint::Daemon { .. })).then(|| src.clone()),
+    }))
 }
 
 /// The settings to ask the destination with: in a copy between two daemons, its own token.
@@ -337,7 +348,11 @@ pub(crate) fn run(plan: Plan, spec: &ClientSpec, progress: &Arc<Progress>) -> Re
             let w = worker(spec, &plan.source_dir, &plan.target, s.clone(), d.clone(), shared.clone(), i);
             workers.push(scope.spawn(w));
         }
-        // New nodes of the destination's cluster join the work while units remain.
+        // Nodes that join either cluster while units remain take work: a new source node and a
+        // new destination node form a pair of their own; one without a partner pairs with the
+        // other side's nodes in turn.
+        let mut known_src: Vec<String> = plan.pairs.iter().map(|(s, _)| endpoint_name(s)).collect();
+        let (mut srcs, mut dsts): (Vec<Endpoint>, Vec<Endpoint>) = plan.pairs.iter().cloned().unzip();
         let mut next_refresh = Instant::now() + REFRESH;
         let mut i = plan.pairs.len();
         while workers.iter().any(|w| !w.is_finished()) {
@@ -346,17 +361,23 @@ pub(crate) fn run(plan: Plan, spec: &ClientSpec, progress: &Arc<Progress>) -> Re
                 continue;
             }
             next_refresh = Instant::now() + REFRESH;
-            let Some(ask) = &plan.refresh else { continue };
-            let Ok(Some(c)) = tern_engine::client::cluster::of(&dest_side(spec), ask) else { continue };
-            for n in c.nodes {
-                let Some(d) = daemon_at(&n, &plan.target) else { continue };
-                if known.contains(&endpoint_name(&d)) {
-                    continue;
-                }
-                known.push(endpoint_name(&d));
-                let s = plan.pairs[i % plan.pairs.len()].0.clone();
-                progress.notices.lock().unwrap().push(format!("node {n} joined the transfer"));
-                workers.push(scope.spawn(worker(spec, &plan.source_dir, &plan.target, s, d, shared.clone(), i)));
+            let new_nodes = |ask: &Option<Endpoint>, asker: &ClientSpec, path: &str, known: &mut Vec<String>| -> Vec<Endpoint> {
+                let Some(ask) = ask else { return Vec::new() };
+                let Ok(Some(c)) = tern_engine::client::cluster::of(asker, ask) else { return Vec::new() };
+                let fresh: Vec<Endpoint> = c.nodes.iter().filter_map(|n| daemon_at(n, path)).filter(|e| !known.contains(&endpoint_name(e))).collect();
+                known.extend(fresh.iter().map(endpoint_name));
+                fresh
+            };
+            let new_dst = new_nodes(&plan.refresh, &dest_side(spec), &plan.target, &mut known);
+            let new_src = new_nodes(&plan.refresh_src, spec, &plan.source_dir, &mut known_src);
+            let n = new_dst.len().max(new_src.len());
+            for j in 0..n {
+                let s = new_src.get(j).cloned().unwrap_or_else(|| srcs[i % srcs.len()].clone());
+                let d = new_dst.get(j).cloned().unwrap_or_else(|| dsts[i % dsts.len()].clone());
+                progress.notices.lock().unwrap().push(format!("node pair {} to {} joined the transfer", endpoint_name(&s), endpoint_name(&d)));
+                workers.push(scope.spawn(worker(spec, &plan.source_dir, &plan.target, s.clone(), d.clone(), shared.clone(), i)));
+                srcs.push(s);
+                dsts.push(d);
                 i += 1;
             }
         }
