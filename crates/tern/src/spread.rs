@@ -23,10 +23,9 @@ use tern_proto::{FsKind, FsOp};
 
 /// A unit is at most this many files (a session's file list stays small) ...
 const UNIT_FILES: usize = 10_000;
-/// ... and about total ÷ (pairs × this) bytes, within the bounds below: enough units per pair
-/// that a fast pair can take more than its share, few enough that a session's start (a few
-/// round trips and the ramp) is paid rarely.
-const UNITS_PER_PAIR: u64 = 3;
+/// ... and about the bytes not yet in a unit ÷ (pairs × this), within the bounds below: units
+/// shrink as the work left does (`cut`).
+const UNITS_PER_PAIR: u64 = 2;
 const UNIT_MIN_BYTES: u64 = 32 << 20;
 const UNIT_MAX_BYTES: u64 = 1 << 30;
 /// A unit whose pair failed this often is left to the closing pass (which reports why).
@@ -242,14 +241,20 @@ fn set_path(ep: &mut Endpoint, p: &str) {
     }
 }
 
-/// Files into units: batches in walk order up to the unit size, the largest units first (so the
-/// last units to finish are small ones and no pair waits long for another).
+/// Files into units, in walk order, each about the bytes still unassigned ÷ (2 × pairs) (guided
+/// self-scheduling): large units first, when every pair has plenty left to do, then smaller and
+/// smaller ones, so that the pairs finish within one small unit of each other while a session's
+/// start is paid only a few times per pair. The largest come first.
 fn cut(files: Vec<Listed>, pairs: u64, total: u64) -> Vec<Unit> {
-    let size = (total / (pairs * UNITS_PER_PAIR).max(1)).clamp(UNIT_MIN_BYTES, UNIT_MAX_BYTES);
     let mut units = Vec::new();
+    let mut left = total;
+    let size = |left: u64| (left / (UNITS_PER_PAIR * pairs).max(1)).clamp(UNIT_MIN_BYTES, UNIT_MAX_BYTES);
     let mut cur = Unit { paths: Vec::new(), bytes: 0, attempts: 0 };
+    let mut target = size(left);
     for (path, len) in files {
-        if !cur.paths.is_empty() && (cur.bytes + len > size || cur.paths.len() >= UNIT_FILES) {
+        if !cur.paths.is_empty() && (cur.bytes + len > target || cur.paths.len() >= UNIT_FILES) {
+            left = left.saturating_sub(cur.bytes);
+            target = size(left);
             units.push(std::mem::replace(&mut cur, Unit { paths: Vec::new(), bytes: 0, attempts: 0 }));
         }
         cur.bytes += len;
@@ -527,6 +532,8 @@ mod tests {
         assert!(units.iter().all(|u| u.paths.len() <= UNIT_FILES));
         assert!(units.windows(2).all(|w| w[0].bytes >= w[1].bytes), "largest first");
         assert!(units.len() >= 6, "enough units for 3 pairs to balance: {}", units.len());
+        let small = units.iter().filter(|u| u.bytes <= 2 * UNIT_MIN_BYTES).count();
+        assert!(small >= 3, "the last units are small, one per pair at least: {:?}", units.iter().map(|u| u.bytes >> 20).collect::<Vec<_>>());
     }
 
     #[test]
