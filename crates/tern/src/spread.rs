@@ -358,6 +358,8 @@ pub(crate) fn run(plan: Plan, spec: &ClientSpec, progress: &Arc<Progress>) -> Re
         // other side's nodes in turn.
         let mut known_src: Vec<String> = plan.pairs.iter().map(|(s, _)| endpoint_name(s)).collect();
         let (mut srcs, mut dsts): (Vec<Endpoint>, Vec<Endpoint>) = plan.pairs.iter().cloned().unzip();
+        let mut waiting_src: Vec<(Endpoint, Instant)> = Vec::new();
+        let mut waiting_dst: Vec<(Endpoint, Instant)> = Vec::new();
         let mut next_refresh = Instant::now() + REFRESH;
         let mut i = plan.pairs.len();
         while workers.iter().any(|w| !w.is_finished()) {
@@ -373,12 +375,23 @@ pub(crate) fn run(plan: Plan, spec: &ClientSpec, progress: &Arc<Progress>) -> Re
                 known.extend(fresh.iter().map(endpoint_name));
                 fresh
             };
-            let new_dst = new_nodes(&plan.refresh, &dest_side(spec), &plan.target, &mut known);
-            let new_src = new_nodes(&plan.refresh_src, spec, &plan.source_dir, &mut known_src);
-            let n = new_dst.len().max(new_src.len());
-            for j in 0..n {
-                let s = new_src.get(j).cloned().unwrap_or_else(|| srcs[i % srcs.len()].clone());
-                let d = new_dst.get(j).cloned().unwrap_or_else(|| dsts[i % dsts.len()].clone());
+            let now = Instant::now();
+            waiting_dst.extend(new_nodes(&plan.refresh, &dest_side(spec), &plan.target, &mut known).into_iter().map(|e| (e, now)));
+            waiting_src.extend(new_nodes(&plan.refresh_src, spec, &plan.source_dir, &mut known_src).into_iter().map(|e| (e, now)));
+            // Nodes of both sites usually join together but are seen a heartbeat apart: a new
+            // node waits two rounds for a partner before it pairs with an old one.
+            let mut joined = Vec::new();
+            while !waiting_src.is_empty() && !waiting_dst.is_empty() {
+                joined.push((waiting_src.remove(0).0, waiting_dst.remove(0).0));
+            }
+            let stale = |t: &Instant| t.elapsed() >= 2 * REFRESH;
+            while waiting_src.first().is_some_and(|(_, t)| stale(t)) {
+                joined.push((waiting_src.remove(0).0, dsts[i % dsts.len()].clone()));
+            }
+            while waiting_dst.first().is_some_and(|(_, t)| stale(t)) {
+                joined.push((srcs[i % srcs.len()].clone(), waiting_dst.remove(0).0));
+            }
+            for (s, d) in joined {
                 progress.notices.lock().unwrap().push(format!("node pair {} to {} joined the transfer", endpoint_name(&s), endpoint_name(&d)));
                 workers.push(scope.spawn(worker(spec, &plan.source_dir, &plan.target, s.clone(), d.clone(), shared.clone(), i)));
                 srcs.push(s);
