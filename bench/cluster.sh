@@ -33,6 +33,12 @@
 #                       today's single-node tern: 1 node per side, a client in tc-a1 pushes each
 #                       dataset of site A to the daemon on b1, timed, verified, removed (--out:
 #                       the table's rows also into F)
+#   bench/cluster.sh scale [--tern BIN] [--nodes 1,2,3] [--datasets hacc-4g,four-1g] [--reps 1] [--out F]
+#                       one copy spread over K nodes per site for each K (a client in tc-a1 asks
+#                       tern://a1/DATA → tern://b1/DATA-kK; the pairs move the data), timed, verified
+#   bench/cluster.sh faults [--tern BIN] [--dataset hacc-4g] [--at 25] [--out F]
+#                       the same copy with, at --at seconds: b2 killed, a2 killed (3 nodes), a3+b3
+#                       joining (2 nodes), both sites' PostgreSQL restarted (3 nodes)
 #   bench/cluster.sh datasets [NAME...]   only make the baseline's datasets (default: all three)
 #   bench/cluster.sh down [--purge]  remove everything `up` made (safe when nothing is up);
 #                       --purge also deletes /srv/tern-cluster (the datasets)
@@ -233,14 +239,9 @@ ensure_pg() {
 
 AS_PG=(setpriv --reuid=65534 --regid=65534 --clear-groups --)   # PostgreSQL refuses to run as root
 
-start_pg() { # SITE NOSYNC: a throwaway server in the site's router namespace, on its site address
+launch_pg() { # SITE NOSYNC: start the site's (already initialised) server and wait until it answers
   local s=$1 nosync=$2 bin dir ns addr
   bin=$(pg_bin_dir); dir=$PG_ROOT/site-$s; ns=$(router_ns "$s"); addr=$(router_addr "$s")
-  mkdir -p "$dir/sock"; chown -R 65534:65534 "$dir"; chmod 700 "$dir" "$dir/sock"
-  # trust: the server is reachable only from the site's namespaces (and root, through the socket)
-  timeout 120 "${AS_PG[@]}" "$bin/initdb" -D "$dir/data" -U tern --auth=trust -E UTF8 --no-instructions \
-    $( ((nosync)) && echo --no-sync ) >"$LOGS/pg-$s.initdb.log" 2>&1 || { cat "$LOGS/pg-$s.initdb.log" >&2; die "initdb for site $s failed"; }
-  echo "host all all $(subnet "$s").0/24 trust   # the site's nodes (cluster.sh)" >>"$dir/data/pg_hba.conf"
   local opts=(-D "$dir/data" -h "$addr" -p "$PG_PORT" -k "$dir/sock" -c max_connections=200 -c shared_buffers=64MB)
   ((nosync)) && opts+=(-F)
   setsid ip netns exec "$ns" "${AS_PG[@]}" "$bin/postgres" "${opts[@]}" \
@@ -253,6 +254,27 @@ start_pg() { # SITE NOSYNC: a throwaway server in the site's router namespace, o
     sleep 0.1
   done
   ((ok)) || { tail -20 "$LOGS/pg-$s.log" >&2; die "PostgreSQL of site $s did not start"; }
+}
+
+restart_pg() { # SITE: a fast shutdown and a start of the same data directory (the failure case)
+  local s=$1 pid
+  pid=$(pid_alive "$PIDS/pg-$s.pid" postgres) || die "PostgreSQL of site $s is not running"
+  kill -INT "$pid"
+  for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$pid" 2>/dev/null && die "PostgreSQL of site $s did not stop"
+  launch_pg "$s" "$(cfg PG_NOSYNC 0)"
+  log "PostgreSQL of site $s restarted (pid $(<"$PIDS/pg-$s.pid"))"
+}
+
+start_pg() { # SITE NOSYNC: a throwaway server in the site's router namespace, on its site address
+  local s=$1 nosync=$2 bin dir ns addr
+  bin=$(pg_bin_dir); dir=$PG_ROOT/site-$s; ns=$(router_ns "$s"); addr=$(router_addr "$s")
+  mkdir -p "$dir/sock"; chown -R 65534:65534 "$dir"; chmod 700 "$dir" "$dir/sock"
+  # trust: the server is reachable only from the site's namespaces (and root, through the socket)
+  timeout 120 "${AS_PG[@]}" "$bin/initdb" -D "$dir/data" -U tern --auth=trust -E UTF8 --no-instructions \
+    $( ((nosync)) && echo --no-sync ) >"$LOGS/pg-$s.initdb.log" 2>&1 || { cat "$LOGS/pg-$s.initdb.log" >&2; die "initdb for site $s failed"; }
+  echo "host all all $(subnet "$s").0/24 trust   # the site's nodes (cluster.sh)" >>"$dir/data/pg_hba.conf"
+  launch_pg "$s" "$nosync"
   timeout 30 ip netns exec "$ns" "$bin/createdb" -h "$addr" -p "$PG_PORT" -U tern tern || die "createdb for site $s failed"
 }
 
@@ -437,11 +459,7 @@ cmd_nodes() {
   # live node to read its file-system probe; joins are serialised by the database's lock.
   for s in "${SITES[@]}"; do
     for i in $(seq "$k"); do
-      n=$s$i
-      setsid ip netns exec "$(node_ns "$n")" "$bin" serve --listen "$(node_addr "$n"):$PORT" --root "$(site_dir "$s")" \
-        --token-file "$(token_file "$s")" --cluster "site-$s" --db "$( ((unix)) && db_url_unix "$s" || db_url "$s")" --node-name "$n" "${extra[@]}" \
-        >"$LOGS/$n.log" 2>&1 </dev/null 9>&- &
-      echo $! >"$PIDS/node-$n.pid"
+      start_node "$s$i" "$bin" "$unix" "${extra[@]}"
     done
   done
   local failed=0
@@ -459,6 +477,24 @@ cmd_nodes() {
     done
   done
   ((failed == 0)) || die "some nodes did not start (bench/cluster.sh nodes 0 stops the others)"
+}
+
+start_node() { # NODE BIN UNIX EXTRA...: one `tern serve --cluster` in the node's namespace
+  local n=$1 bin=$2 unix=$3 s=${1:0:1}; shift 3
+  setsid ip netns exec "$(node_ns "$n")" "$bin" serve --listen "$(node_addr "$n"):$PORT" --root "$(site_dir "$s")" \
+    --token-file "$(token_file "$s")" --cluster "site-$s" --db "$( ((unix)) && db_url_unix "$s" || db_url "$s")" --node-name "$n" "$@" \
+    >"$LOGS/$n.log" 2>&1 </dev/null 9>&- &
+  echo $! >"$PIDS/node-$n.pid"
+}
+
+wait_listening() { # NODE: ≤ 60 s for its "listening on" line
+  local n=$1
+  for _ in $(seq 600); do
+    grep -q 'listening on' "$LOGS/$n.log" 2>/dev/null && return 0
+    kill -0 "$(<"$PIDS/node-$n.pid")" 2>/dev/null || break
+    sleep 0.1
+  done
+  tail -5 "$LOGS/$n.log" >&2; die "$n did not start"
 }
 
 cmd_kill() {
@@ -693,6 +729,130 @@ EOF
   cmd_nodes 0
 }
 
+
+# --- spreading one transfer over the nodes (docs/cluster.md "Spreading a transfer") ------------
+# A client in tc-a1 asks for tern://a1/DATA → tern://b1/DATA-kK: both daemons name their
+# clusters' nodes and the copy is spread over node pairs, each pair's data going straight from
+# aI to bJ (third-party; site A's nodes may dial site B's addresses).
+spread_copy() { # BIN NAME TAG LOG: one timed, verified spread copy; prints "wall rc summary-json"
+  local bin=$1 name=$2 tag=$3 log=$4 t0 t1 rc=0
+  rm -rf "${DATA:?}/site-b/${name:?}-$tag"
+  t0=$(date +%s.%N)
+  TERN_HISTORY=off timeout 3600 ip netns exec "$(node_ns a1)" "$bin" cp -r --json --token-file "$(token_file a)" \
+    --dst-token-file "$(token_file b)" "tern://$(node_addr a1):$PORT/$name" "tern://$(node_addr b1):$PORT/$name-$tag" \
+    >"$log.json" 2>"$log.err" || rc=$?
+  t1=$(date +%s.%N)
+  echo "$t0 $t1 $rc"
+}
+
+verify_copy() { # NAME TAG LOG -> "verified" or why not
+  local name=$1 tag=$2 log=$3
+  if timeout 1800 /usr/bin/python3 "$HERE/verify.py" "$(site_dir a)/$name" "$(site_dir b)/$name-$tag" >"$log.verify" 2>&1; then echo verified
+  else echo "MISMATCH: $(tail -1 "$log.verify")"; fi
+}
+
+row() { # NAME K T0 T1 RC VERDICT LOG BASE_GBPS NOTE -> a markdown row
+  /usr/bin/python3 - "$@" "$(site_dir a)" "$(cfg RATE_BPS)" <<'PY'
+import json, sys
+name, k, t0, t1, rc, verdict, log, base, note, sdir, bps = sys.argv[1:]
+m = json.load(open(f"{sdir}/{name}.json"))
+try:
+    j = json.loads(open(log + ".json").read().strip().splitlines()[-1])
+except Exception:
+    j = {}
+wall = float(t1) - float(t0)
+gbps = m["bytes"] * 8 / wall / 1e9
+pairs = ", ".join(f"{p['source'].split(':')[0].rsplit('.',1)[-1]}→{p['destination'].split(':')[0].rsplit('.',1)[-1]} {p['units']}u {p['gbps']:.3f}" for p in j.get("nodes", []))
+ratio = f"{gbps/float(base):.2f}" if float(base) > 0 else "1.00"
+sent = j.get("bytes", 0)
+again = max(0, sent - m["bytes"])
+status = verdict if rc == "0" else f"FAILED rc={rc}"
+print(f"| {name} | {k} | {wall:.1f} | {gbps:.3f} | {ratio} | {gbps*1e9/(int(k)*float(bps)):.2f} | {again/2**20:.1f} MiB | {pairs or '-'} | {status} | {note} |")
+PY
+}
+
+cmd_scale() {
+  local bin="" reps=1 sets=hacc-4g,four-1g ks=1,2,3 out=""
+  while (($#)); do
+    case $1 in
+      --tern) bin=$2; shift 2 ;;
+      --reps) reps=$2; shift 2 ;;
+      --datasets) sets=$2; shift 2 ;;
+      --nodes) ks=$2; shift 2 ;;
+      --out) out=$2; shift 2 ;;
+      *) die "unknown option $1" ;;
+    esac
+  done
+  need_up
+  bin=$(find_tern "$bin")
+  local names kk; IFS=, read -r -a names <<<"$sets"; IFS=, read -r -a kk <<<"$ks"
+  make_datasets "${names[@]}"
+  declare -A base
+  local rows=() k name r
+  echo "| dataset | nodes per site | s | Gb/s | × 1 node | of k × cap | sent again | pairs (units, Gb/s) | check | note |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
+  for k in "${kk[@]}"; do
+    cmd_nodes "$k" --tern "$bin" -- --dial-allow "$(subnet b).0/24" >/dev/null
+    sleep 6   # every node's view of the others is a heartbeat (5 s) old
+    for name in "${names[@]}"; do
+      for r in $(seq "$reps"); do
+        local log="$LOGS/scale-$name-k$k-$r" t0 t1 rc verdict line
+        read -r t0 t1 rc < <(spread_copy "$bin" "$name" "k$k" "$log")
+        verdict=$(verify_copy "$name" "k$k" "$log")
+        line=$(row "$name" "$k" "$t0" "$t1" "$rc" "$verdict" "$log" "${base[$name]:-0}" "load $(cut -d' ' -f1 /proc/loadavg)")
+        if [[ -z ${base[$name]:-} && $k == 1 ]]; then
+          base[$name]=$(/usr/bin/python3 -c "import json,sys; m=json.load(open('$(site_dir a)/$name.json')); print(m['bytes']*8/($t1-$t0)/1e9)")
+        fi
+        echo "$line"; rows+=("$line")
+        rm -rf "${DATA:?}/site-b/${name:?}-k$k"
+      done
+    done
+  done
+  if [[ -n $out ]]; then printf '%s\n' "${rows[@]}" >"$out"; fi
+  cmd_nodes 0 >/dev/null
+}
+
+cmd_faults() { # a node of each site killed, a node pair joining, PostgreSQL restarted: mid-copy
+  local bin="" name=hacc-4g at=25 out=""
+  while (($#)); do
+    case $1 in
+      --tern) bin=$2; shift 2 ;;
+      --dataset) name=$2; shift 2 ;;
+      --at) at=$2; shift 2 ;;
+      --out) out=$2; shift 2 ;;
+      *) die "unknown option $1" ;;
+    esac
+  done
+  need_up
+  bin=$(find_tern "$bin")
+  make_datasets "$name"
+  local rows=() case_ k log t0 t1 rc verdict line
+  echo "| dataset | nodes per site | s | Gb/s | × 1 node | of k × cap | sent again | pairs (units, Gb/s) | check | event at ${at} s |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
+  for case_ in kill-b2 kill-a2 join-3 pg-restart; do
+    k=3; [[ $case_ == join-3 ]] && k=2
+    cmd_nodes "$k" --tern "$bin" -- --dial-allow "$(subnet b).0/24" >/dev/null
+    sleep 6
+    log="$LOGS/faults-$case_"
+    ( sleep "$at"
+      case $case_ in
+        kill-b2) cmd_kill b2 ;;
+        kill-a2) cmd_kill a2 ;;
+        join-3) start_node a3 "$bin" 0 --dial-allow "$(subnet b).0/24"; start_node b3 "$bin" 0 ;;
+        pg-restart) restart_pg a; restart_pg b ;;
+      esac ) >"$log.event" 2>&1 &
+    local ev=$!
+    read -r t0 t1 rc < <(spread_copy "$bin" "$name" "$case_" "$log")
+    wait "$ev" || true
+    verdict=$(verify_copy "$name" "$case_" "$log")
+    line=$(row "$name" "$k" "$t0" "$t1" "$rc" "$verdict" "$log" 0 "$case_")
+    echo "$line"; rows+=("$line")
+    rm -rf "${DATA:?}/site-b/${name:?}-$case_"
+    cmd_nodes 0 >/dev/null
+  done
+  if [[ -n $out ]]; then printf '%s\n' "${rows[@]}" >"$out"; fi
+}
+
 # --- main ---------------------------------------------------------------------------------------
 lock() { # one cluster bed per machine (bench/netns.sh's bed has its own lock and may be up too)
   exec 9>/run/tern-cluster.lock
@@ -710,5 +870,7 @@ case ${1:-} in
   selftest) shift; lock; cmd_selftest "$@" ;;
   datasets) shift; mkdir -p "$(site_dir a)"; if (($#)); then make_datasets "$@"; else make_datasets four-1g hacc-4g one-3g; fi ;;
   baseline) shift; lock; cmd_baseline "$@" ;;
+  scale) shift; lock; cmd_scale "$@" ;;
+  faults) shift; lock; cmd_faults "$@" ;;
   *) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 2 ;;
 esac

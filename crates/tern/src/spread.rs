@@ -23,10 +23,9 @@ use tern_proto::{FsKind, FsOp};
 
 /// A unit is at most this many files (a session's file list stays small) ...
 const UNIT_FILES: usize = 10_000;
-/// ... and about total ÷ (pairs × this) bytes, within the bounds below: enough units per pair
-/// that a fast pair can take more than its share, few enough that a session's start (a few
-/// round trips and the ramp) is paid rarely.
-const UNITS_PER_PAIR: u64 = 3;
+/// ... and about the bytes not yet in a unit ÷ (pairs × this), within the bounds below: units
+/// shrink as the work left does (`cut`).
+const UNITS_PER_PAIR: u64 = 2;
 const UNIT_MIN_BYTES: u64 = 32 << 20;
 const UNIT_MAX_BYTES: u64 = 1 << 30;
 /// A unit whose pair failed this often is left to the closing pass (which reports why).
@@ -49,6 +48,8 @@ pub(crate) struct Plan {
     bytes: u64,
     /// The destination's cluster, asked again for nodes that joined (none for a host list).
     refresh: Option<Endpoint>,
+    /// The source's cluster, asked the same way (none for a local source).
+    refresh_src: Option<Endpoint>,
 }
 
 struct Unit {
@@ -134,7 +135,16 @@ pub(crate) fn plan(spec: &ClientSpec, contents: bool, sync: bool, dry_run: bool)
     let (files, total) = files;
     let count = files.len() as u64;
     let units = cut(files, n as u64, total);
-    Ok(Some(Plan { pairs, target, source_dir: src.path_str(), files: count, bytes: total, units, refresh: (!host_list).then(|| spec.dest.clone()) }))
+    Ok(Some(Plan {
+        pairs,
+        target,
+        source_dir: src.path_str(),
+        files: count,
+        bytes: total,
+        units,
+        refresh: (!host_list).then(|| spec.dest.clone()),
+        refresh_src: (src_nodes.len() > 1 || matches!(src, Endpoint::Daemon { .. })).then(|| src.clone()),
+    }))
 }
 
 /// The settings to ask the destination with: in a copy between two daemons, its own token.
@@ -231,14 +241,20 @@ fn set_path(ep: &mut Endpoint, p: &str) {
     }
 }
 
-/// Files into units: batches in walk order up to the unit size, the largest units first (so the
-/// last units to finish are small ones and no pair waits long for another).
+/// Files into units, in walk order, each about the bytes still unassigned ÷ (2 × pairs) (guided
+/// self-scheduling): large units first, when every pair has plenty left to do, then smaller and
+/// smaller ones, so that the pairs finish within one small unit of each other while a session's
+/// start is paid only a few times per pair. The largest come first.
 fn cut(files: Vec<Listed>, pairs: u64, total: u64) -> Vec<Unit> {
-    let size = (total / (pairs * UNITS_PER_PAIR).max(1)).clamp(UNIT_MIN_BYTES, UNIT_MAX_BYTES);
     let mut units = Vec::new();
+    let mut left = total;
+    let size = |left: u64| (left / (UNITS_PER_PAIR * pairs).max(1)).clamp(UNIT_MIN_BYTES, UNIT_MAX_BYTES);
     let mut cur = Unit { paths: Vec::new(), bytes: 0, attempts: 0 };
+    let mut target = size(left);
     for (path, len) in files {
-        if !cur.paths.is_empty() && (cur.bytes + len > size || cur.paths.len() >= UNIT_FILES) {
+        if !cur.paths.is_empty() && (cur.bytes + len > target || cur.paths.len() >= UNIT_FILES) {
+            left = left.saturating_sub(cur.bytes);
+            target = size(left);
             units.push(std::mem::replace(&mut cur, Unit { paths: Vec::new(), bytes: 0, attempts: 0 }));
         }
         cur.bytes += len;
@@ -337,7 +353,13 @@ pub(crate) fn run(plan: Plan, spec: &ClientSpec, progress: &Arc<Progress>) -> Re
             let w = worker(spec, &plan.source_dir, &plan.target, s.clone(), d.clone(), shared.clone(), i);
             workers.push(scope.spawn(w));
         }
-        // New nodes of the destination's cluster join the work while units remain.
+        // Nodes that join either cluster while units remain take work: a new source node and a
+        // new destination node form a pair of their own; one without a partner pairs with the
+        // other side's nodes in turn.
+        let mut known_src: Vec<String> = plan.pairs.iter().map(|(s, _)| endpoint_name(s)).collect();
+        let (mut srcs, mut dsts): (Vec<Endpoint>, Vec<Endpoint>) = plan.pairs.iter().cloned().unzip();
+        let mut waiting_src: Vec<(Endpoint, Instant)> = Vec::new();
+        let mut waiting_dst: Vec<(Endpoint, Instant)> = Vec::new();
         let mut next_refresh = Instant::now() + REFRESH;
         let mut i = plan.pairs.len();
         while workers.iter().any(|w| !w.is_finished()) {
@@ -346,17 +368,34 @@ pub(crate) fn run(plan: Plan, spec: &ClientSpec, progress: &Arc<Progress>) -> Re
                 continue;
             }
             next_refresh = Instant::now() + REFRESH;
-            let Some(ask) = &plan.refresh else { continue };
-            let Ok(Some(c)) = tern_engine::client::cluster::of(&dest_side(spec), ask) else { continue };
-            for n in c.nodes {
-                let Some(d) = daemon_at(&n, &plan.target) else { continue };
-                if known.contains(&endpoint_name(&d)) {
-                    continue;
-                }
-                known.push(endpoint_name(&d));
-                let s = plan.pairs[i % plan.pairs.len()].0.clone();
-                progress.notices.lock().unwrap().push(format!("node {n} joined the transfer"));
-                workers.push(scope.spawn(worker(spec, &plan.source_dir, &plan.target, s, d, shared.clone(), i)));
+            let new_nodes = |ask: &Option<Endpoint>, asker: &ClientSpec, path: &str, known: &mut Vec<String>| -> Vec<Endpoint> {
+                let Some(ask) = ask else { return Vec::new() };
+                let Ok(Some(c)) = tern_engine::client::cluster::of(asker, ask) else { return Vec::new() };
+                let fresh: Vec<Endpoint> = c.nodes.iter().filter_map(|n| daemon_at(n, path)).filter(|e| !known.contains(&endpoint_name(e))).collect();
+                known.extend(fresh.iter().map(endpoint_name));
+                fresh
+            };
+            let now = Instant::now();
+            waiting_dst.extend(new_nodes(&plan.refresh, &dest_side(spec), &plan.target, &mut known).into_iter().map(|e| (e, now)));
+            waiting_src.extend(new_nodes(&plan.refresh_src, spec, &plan.source_dir, &mut known_src).into_iter().map(|e| (e, now)));
+            // Nodes of both sites usually join together but are seen a heartbeat apart: a new
+            // node waits two rounds for a partner before it pairs with an old one.
+            let mut joined = Vec::new();
+            while !waiting_src.is_empty() && !waiting_dst.is_empty() {
+                joined.push((waiting_src.remove(0).0, waiting_dst.remove(0).0));
+            }
+            let stale = |t: &Instant| t.elapsed() >= 2 * REFRESH;
+            while waiting_src.first().is_some_and(|(_, t)| stale(t)) {
+                joined.push((waiting_src.remove(0).0, dsts[i % dsts.len()].clone()));
+            }
+            while waiting_dst.first().is_some_and(|(_, t)| stale(t)) {
+                joined.push((srcs[i % srcs.len()].clone(), waiting_dst.remove(0).0));
+            }
+            for (s, d) in joined {
+                progress.notices.lock().unwrap().push(format!("node pair {} to {} joined the transfer", endpoint_name(&s), endpoint_name(&d)));
+                workers.push(scope.spawn(worker(spec, &plan.source_dir, &plan.target, s.clone(), d.clone(), shared.clone(), i)));
+                srcs.push(s);
+                dsts.push(d);
                 i += 1;
             }
         }
@@ -506,6 +545,8 @@ mod tests {
         assert!(units.iter().all(|u| u.paths.len() <= UNIT_FILES));
         assert!(units.windows(2).all(|w| w[0].bytes >= w[1].bytes), "largest first");
         assert!(units.len() >= 6, "enough units for 3 pairs to balance: {}", units.len());
+        let small = units.iter().filter(|u| u.bytes <= 2 * UNIT_MIN_BYTES).count();
+        assert!(small >= 3, "the last units are small, one per pair at least: {:?}", units.iter().map(|u| u.bytes >> 20).collect::<Vec<_>>());
     }
 
     #[test]
