@@ -36,7 +36,7 @@
 #   bench/cluster.sh scale [--tern BIN] [--nodes 1,2,3] [--datasets hacc-4g,four-1g] [--reps 1] [--out F]
 #                       one copy spread over K nodes per site for each K (a client in tc-a1 asks
 #                       tern://a1/DATA → tern://b1/DATA-kK; the pairs move the data), timed, verified
-#   bench/cluster.sh faults [--tern BIN] [--dataset hacc-4g] [--at 25] [--out F]
+#   bench/cluster.sh faults [--tern BIN] [--dataset hacc-4g] [--at 25] [--cases LIST] [--out F]
 #                       the same copy with, at --at seconds: b2 killed, a2 killed (3 nodes), a3+b3
 #                       joining (2 nodes), both sites' PostgreSQL restarted (3 nodes)
 #   bench/cluster.sh datasets [NAME...]   only make the baseline's datasets (default: all three)
@@ -813,9 +813,10 @@ cmd_scale() {
 }
 
 cmd_faults() { # a node of each site killed, a node pair joining, PostgreSQL restarted: mid-copy
-  local bin="" name=hacc-4g at=25 out=""
+  local bin="" name=hacc-4g at=25 out="" cases=kill-b2,kill-a2,join-3,pg-restart
   while (($#)); do
     case $1 in
+      --cases) cases=$2; shift 2 ;;
       --tern) bin=$2; shift 2 ;;
       --dataset) name=$2; shift 2 ;;
       --at) at=$2; shift 2 ;;
@@ -829,7 +830,8 @@ cmd_faults() { # a node of each site killed, a node pair joining, PostgreSQL res
   local rows=() case_ k log t0 t1 rc verdict line
   echo "| dataset | nodes per site | s | Gb/s | × 1 node | of k × cap | sent again | pairs (units, Gb/s) | check | event at ${at} s |"
   echo "|---|---|---|---|---|---|---|---|---|---|"
-  for case_ in kill-b2 kill-a2 join-3 pg-restart; do
+  local cl; IFS=, read -r -a cl <<<"$cases"
+  for case_ in "${cl[@]}"; do
     k=3; [[ $case_ == join-3 ]] && k=2
     cmd_nodes "$k" --tern "$bin" -- --dial-allow "$(subnet b).0/24" >/dev/null
     sleep 6

@@ -27,31 +27,6 @@ fn source(root: &Path) -> u64 {
     total
 }
 
-fn nodes(url: &str, root: &Path, token: &Path, k: usize) -> Vec<Daemon> {
-    let ds: Vec<Daemon> = (0..k)
-        .map(|i| {
-            let name = format!("dtn{i}");
-            Daemon::start_with(root, token, 0, &[], &["--db", url, "--cluster", "site-b", "--node-name", &name, "--cluster-heartbeat-ms", "300"])
-        })
-        .collect();
-    // Every node active, and each one's view of the others fresh (a heartbeat after the last
-    // one joined).
-    let until = Instant::now() + Duration::from_secs(20);
-    loop {
-        let mut cmd = Command::new(tern_bin());
-        cmd.args(["cluster", "status", "--db", url, "--cluster", "site-b"]).stdin(Stdio::null());
-        let o = run_bounded(cmd, Duration::from_secs(30));
-        let text = String::from_utf8_lossy(&o.stdout).into_owned();
-        if text.matches(" active").count() == k {
-            break;
-        }
-        assert!(Instant::now() < until, "nodes did not all join: {text}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    std::thread::sleep(Duration::from_millis(700));
-    ds
-}
-
 /// Node pairs of `--json`'s summary that moved at least one unit.
 fn pairs_with_units(summary: &serde_json::Value) -> usize {
     summary["nodes"].as_array().map_or(0, |n| n.iter().filter(|p| p["units"].as_u64().unwrap_or(0) > 0).count())
@@ -65,7 +40,7 @@ fn a_copy_to_a_cluster_spreads_over_every_node_and_lands_verified() {
     let (src, root, token) = (t.path().join("run42"), t.path().join("lustre"), t.path().join("token"));
     std::fs::create_dir_all(&root).unwrap();
     let total = source(&src);
-    let ds = nodes(&url, &root, &token, 3);
+    let ds = site(&url, "site-b", &root, &token, 3, &[]);
     let r = tern(&["cp", "-r", "--token-file", token.to_str().unwrap(), src.to_str().unwrap(), &ds[0].url("/project")], &[]);
     let e = r.stderr();
     assert!(r.ok(), "{e}");
@@ -94,7 +69,7 @@ fn a_destination_node_killed_mid_copy_costs_only_what_it_had_in_flight() {
     let (src, root, token) = (t.path().join("run42"), t.path().join("lustre"), t.path().join("token"));
     std::fs::create_dir_all(&root).unwrap();
     let total = source(&src);
-    let mut ds = nodes(&url, &root, &token, 3);
+    let mut ds = site(&url, "site-b", &root, &token, 3, &[]);
     // 8 MiB/s a pair: each pair's first unit takes seconds, so the kill lands mid-unit.
     let mut cmd = Command::new(tern_bin());
     cmd.args(["cp", "-r", "--json", "--bwlimit", "8M", "--token-file", token.to_str().unwrap(), src.to_str().unwrap(), &ds[0].url("/project")]).stdin(Stdio::null());
@@ -134,6 +109,8 @@ fn an_ssh_host_list_spreads_the_copy_over_its_hosts() {
     assert!(r.stderr().contains("a host list (h1,h2:/dir) spreads one cp -r"), "{}", r.stderr());
 }
 
+/// `k` daemons of cluster `name` on one root, every one active and each one's view of the others
+/// fresh (a heartbeat after the last one joined).
 fn site(url: &str, name: &str, root: &Path, token: &Path, k: usize, extra: &[&str]) -> Vec<Daemon> {
     let ds: Vec<Daemon> = (0..k)
         .map(|i| {

@@ -40,20 +40,26 @@ impl Service {
 
     /// Only `extra` on top of the daemon and service addresses: the service's own defaults.
     fn start_bare(base: &Path, env: &[(&str, &str)], extra: &[&str]) -> Self {
-        let root = base.join("root");
-        std::fs::create_dir_all(&root).unwrap();
-        let mut s = Service {
+        let mut s = Self::unspawned(base, &base.join("root"), &base.join("daemon.token"), env, extra);
+        s.spawn();
+        s
+    }
+
+    /// Its state under `base`; the daemon's root and token where given (a cluster's nodes share
+    /// them). Not started yet.
+    fn unspawned(base: &Path, root: &Path, token: &Path, env: &[(&str, &str)], extra: &[&str]) -> Self {
+        std::fs::create_dir_all(root).unwrap();
+        std::fs::create_dir_all(base).unwrap();
+        Service {
             child: Command::new("true").spawn().unwrap(),
             http: free_port(),
             data_port: free_port(),
             state: base.join("state"),
-            root,
-            daemon_token: base.join("daemon.token"),
+            root: root.to_path_buf(),
+            daemon_token: token.to_path_buf(),
             env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
-        };
-        s.spawn();
-        s
+        }
     }
 
     fn spawn(&mut self) {
@@ -1534,23 +1540,9 @@ fn service_path_test_regression_notifies_once_when_the_link_is_throttled() {
 /// A service that is a node of cluster `site-a` on `url`: its own state directory under `base`,
 /// the cluster's shared root and daemon token.
 fn cluster_node(base: &Path, shared: &Path, url: &str, name: &str) -> Service {
-    let root = shared.join("root");
-    std::fs::create_dir_all(&root).unwrap();
-    std::fs::create_dir_all(base).unwrap();
-    let b = shared.to_str().unwrap().to_string();
-    let mut s = Service {
-        child: Command::new("true").spawn().unwrap(),
-        http: free_port(),
-        data_port: free_port(),
-        state: base.join("state"),
-        root,
-        daemon_token: shared.join("daemon.token"),
-        env: Vec::new(),
-        extra: ["--job-root", &b, "--allow-host", "127.0.0.1", "--allow-root-transfers", "--db", url, "--cluster", "site-a", "--node-name", name, "--cluster-heartbeat-ms", "300"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
-    };
+    let b = shared.to_str().unwrap();
+    let extra = ["--job-root", b, "--allow-host", "127.0.0.1", "--allow-root-transfers", "--db", url, "--cluster", "site-a", "--node-name", name, "--cluster-heartbeat-ms", "300"];
+    let mut s = Service::unspawned(base, &shared.join("root"), &shared.join("daemon.token"), &[], &extra);
     s.spawn();
     s
 }
