@@ -21,6 +21,11 @@ use tern_engine::progress::Progress;
 use tern_proto::msg::{FS_PARENTS, FS_RECURSIVE, MAX_FILE_LIST, Summary};
 use tern_proto::{FsKind, FsOp};
 
+/// A copy smaller than this (and with fewer entries than the next) goes to the daemon it names
+/// without asking for its cluster: at 68 ms the question costs ~0.3 s, a few percent of such a
+/// copy's time, and a session per pair would cost more than the pairs add.
+const SPREAD_MIN_BYTES: u64 = 64 << 20;
+const SPREAD_MIN_ENTRIES: usize = 100_000;
 /// A unit is at most this many files (a session's file list stays small) ...
 const UNIT_FILES: usize = 10_000;
 /// ... and about total ÷ (pairs × this) bytes, within the bounds below: enough units per pair
@@ -106,6 +111,8 @@ pub(crate) fn plan(spec: &ClientSpec, contents: bool, sync: bool, dry_run: bool)
                 })
                 .collect()
         }
+        // Asking costs a connection (a few round trips): only for a copy big enough to spread.
+        Endpoint::Daemon { .. } if !worth_asking(&spec.sources[0]) => return Ok(None),
         Endpoint::Daemon { path, .. } => match tern_engine::client::cluster::of(&dest_side(spec), &spec.dest).ok().flatten() {
             Some(c) => c.nodes.iter().filter_map(|n| daemon_at(n, path)).collect(),
             None => return Ok(None),
@@ -159,6 +166,30 @@ fn dest_side(spec: &ClientSpec) -> ClientSpec {
 
 fn daemon_at(addr: &str, path: &str) -> Option<Endpoint> {
     Endpoint::parse(&format!("tern://{addr}{path}")).ok()
+}
+
+/// Whether a copy from `src` is big enough that asking the destination for its cluster pays: a
+/// local tree of at least `SPREAD_MIN_BYTES` or `SPREAD_MIN_ENTRIES` entries (the walk stops
+/// there), or a daemon's (a copy between daemons is one between sites).
+fn worth_asking(src: &Endpoint) -> bool {
+    let Endpoint::Local(dir) = src else { return true };
+    let (mut bytes, mut entries) = (0u64, 0usize);
+    let mut stack = vec![dir.clone()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        for e in rd.flatten() {
+            entries += 1;
+            match e.file_type() {
+                Ok(t) if t.is_dir() => stack.push(e.path()),
+                Ok(t) if t.is_file() => bytes += e.metadata().map(|m| m.len()).unwrap_or(0),
+                _ => {}
+            }
+            if bytes >= SPREAD_MIN_BYTES || entries >= SPREAD_MIN_ENTRIES {
+                return true;
+            }
+        }
+    }
+    false
 }
 
 /// A regular file of the source: its path relative to the source directory, and its size.
