@@ -8,6 +8,7 @@
 //! queue and the next pair resumes it from the partial files on the shared file system.
 
 use std::collections::VecDeque;
+use std::ops::ControlFlow;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -174,22 +175,31 @@ fn daemon_at(addr: &str, path: &str) -> Option<Endpoint> {
 fn worth_asking(src: &Endpoint) -> bool {
     let Endpoint::Local(dir) = src else { return true };
     let (mut bytes, mut entries) = (0u64, 0usize);
-    let mut stack = vec![dir.clone()];
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+    let stopped = walk(dir, |_, file| {
+        entries += 1;
+        bytes += file.map_or(0, |md| md.len());
+        if bytes >= SPREAD_MIN_BYTES || entries >= SPREAD_MIN_ENTRIES { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+    });
+    stopped.is_break()
+}
+
+/// Visits every entry beneath `dir` (depth first; unreadable directories skipped) with its path
+/// relative to `dir` and, for a regular file, its metadata; stops when `visit` breaks.
+fn walk(dir: &Path, mut visit: impl FnMut(&Path, Option<&std::fs::Metadata>) -> ControlFlow<()>) -> ControlFlow<()> {
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(dir.join(&rel)) else { continue };
         for e in rd.flatten() {
-            entries += 1;
-            match e.file_type() {
-                Ok(t) if t.is_dir() => stack.push(e.path()),
-                Ok(t) if t.is_file() => bytes += e.metadata().map(|m| m.len()).unwrap_or(0),
-                _ => {}
-            }
-            if bytes >= SPREAD_MIN_BYTES || entries >= SPREAD_MIN_ENTRIES {
-                return true;
+            let Ok(ft) = e.file_type() else { continue };
+            let rel = rel.join(e.file_name());
+            let md = if ft.is_file() { e.metadata().ok() } else { None };
+            visit(&rel, md.as_ref())?;
+            if ft.is_dir() {
+                stack.push(rel);
             }
         }
     }
-    false
+    ControlFlow::Continue(())
 }
 
 /// A regular file of the source: its path relative to the source directory, and its size.
@@ -204,27 +214,16 @@ fn list_files(spec: &ClientSpec, src: &Endpoint) -> Result<Option<(Vec<Listed>, 
             if !dir.is_dir() {
                 return Ok(None);
             }
-            let mut stack = vec![PathBuf::new()];
-            while let Some(rel) = stack.pop() {
-                let Ok(rd) = std::fs::read_dir(dir.join(&rel)) else { continue };
-                for e in rd.flatten() {
-                    let Ok(ft) = e.file_type() else { continue };
-                    let rel = rel.join(e.file_name());
-                    if ft.is_dir() {
-                        stack.push(rel);
-                    } else if ft.is_file() {
-                        use std::os::unix::fs::MetadataExt;
-                        let Ok(md) = e.metadata() else { continue };
-                        // Hard links stay links: the closing pass sees all their names at once.
-                        if md.nlink() > 1 {
-                            continue;
-                        }
-                        out.push((rel.as_os_str().as_bytes().to_vec(), md.len()));
-                        if out.len() > MAX_FILE_LIST {
-                            return Ok(None);
-                        }
-                    }
+            let overflow = walk(dir, |rel, file| {
+                use std::os::unix::fs::MetadataExt;
+                // Hard links stay links: the closing pass sees all their names at once.
+                if let Some(md) = file.filter(|md| md.nlink() == 1) {
+                    out.push((rel.as_os_str().as_bytes().to_vec(), md.len()));
                 }
+                if out.len() > MAX_FILE_LIST { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+            });
+            if overflow.is_break() {
+                return Ok(None);
             }
         }
         _ => {
@@ -264,13 +263,6 @@ fn target_dir(spec: &ClientSpec, dest: &Endpoint, contents: bool) -> Result<Opti
         Some(e) if e.kind == FsKind::Dir => Some(format!("{trimmed}/{}", String::from_utf8_lossy(&name))),
         Some(_) => None,
     })
-}
-
-fn set_path(ep: &mut Endpoint, p: &str) {
-    match ep {
-        Endpoint::Local(l) => *l = PathBuf::from(p),
-        Endpoint::Ssh { path, .. } | Endpoint::Daemon { path, .. } => *path = p.to_string(),
-    }
 }
 
 /// Files into units: batches in walk order up to one size, the largest units first. Measured on
@@ -446,16 +438,12 @@ pub(crate) fn run(plan: Plan, spec: &ClientSpec, progress: &Arc<Progress>) -> Re
     }
     // The closing pass: the whole tree on the first pair that still answers; every unit's file
     // is found identical, anything a unit could not move is moved (or reported) here.
+    let gave_up: Vec<(String, String)> = shared.tallies.lock().unwrap().iter().filter(|t| t.gave_up.is_some()).map(|t| (t.source.clone(), t.name.clone())).collect();
+    let (s, d) = plan.pairs.iter().find(|(s, d)| !gave_up.contains(&(endpoint_name(s), endpoint_name(d)))).unwrap_or(&plan.pairs[0]);
     let mut closing = spec.clone();
     closing.options.set_contents(true);
-    let (s, d) = &plan.pairs[0];
     closing.sources = vec![with_path(s, &plan.source_dir)];
     closing.dest = with_path(d, &plan.target);
-    let gave_up: Vec<String> = shared.tallies.lock().unwrap().iter().filter(|t| t.gave_up.is_some()).map(|t| t.name.clone()).collect();
-    if let Some((s, d)) = plan.pairs.iter().find(|(_, d)| !gave_up.contains(&endpoint_name(d))) {
-        closing.sources = vec![with_path(s, &plan.source_dir)];
-        closing.dest = with_path(d, &plan.target);
-    }
     let last = Arc::new(Progress::default());
     let r = tern_engine::client::session::run(&closing, &last);
     let units_done = shared.done.lock().unwrap().files_done;
@@ -480,9 +468,13 @@ pub(crate) fn run(plan: Plan, spec: &ClientSpec, progress: &Arc<Progress>) -> Re
     })
 }
 
+/// `ep` with its path replaced by `p`.
 fn with_path(ep: &Endpoint, p: &str) -> Endpoint {
     let mut e = ep.clone();
-    set_path(&mut e, p);
+    match &mut e {
+        Endpoint::Local(l) => *l = PathBuf::from(p),
+        Endpoint::Ssh { path, .. } | Endpoint::Daemon { path, .. } => *path = p.to_string(),
+    }
     e
 }
 
