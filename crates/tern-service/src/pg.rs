@@ -354,6 +354,10 @@ impl JobStore for PgStore {
         })
     }
 
+    fn shared_with_other_nodes(&self) -> bool {
+        self.node.is_some()
+    }
+
     fn recover_orphans(&self, now: i64) -> StoreResult<u64> {
         let Some((cluster, me)) = self.node.clone() else { return Ok(0) };
         // A node that left, or is silent for 3 of its heartbeats (the registry's "unreachable"),

@@ -118,9 +118,12 @@ impl Runner {
 
     /// On a cluster, other nodes share the job table: a job canceled through another node's API
     /// is killed here, and the attempts of nodes that died or left are re-queued (they resume
-    /// from their journals on the shared file system). Alone, the first finds nothing to do and
-    /// the second is the store's no-op.
+    /// from their journals on the shared file system). A service alone reads nothing here: its
+    /// own API kills what it cancels.
     async fn follow_other_nodes(&self) {
+        if !self.store.shared_with_other_nodes() {
+            return;
+        }
         let ids: Vec<i64> = self.lock().iter().filter(|(_, r)| !r.cancel).map(|(id, _)| *id).collect();
         for id in ids {
             let store = self.store.clone();

@@ -93,6 +93,10 @@ pub trait JobStore: Send + Sync + 'static {
     fn requeue(&self, id: i64, now: i64) -> StoreResult<bool>;
     /// At start-up: attempts that were running when the service died go back to the queue.
     fn recover_interrupted(&self, now: i64) -> StoreResult<u64>;
+    /// Whether other nodes' services share this job table (a cluster node's PostgreSQL).
+    fn shared_with_other_nodes(&self) -> bool {
+        false
+    }
     /// On a cluster: attempts of nodes that left or fell silent go back to the queue.
     fn recover_orphans(&self, _now: i64) -> StoreResult<u64> {
         Ok(0)
