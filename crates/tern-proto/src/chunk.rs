@@ -24,6 +24,19 @@ pub fn file_hash<'a>(size: u64, chunk_hashes: impl IntoIterator<Item = &'a [u8; 
     *h.finalize().as_bytes()
 }
 
+/// What a sender's `FileEnd` carries for a stripe (chunks `first..` of a file of `size`
+/// bytes): the receiver checks the stripe's chunks against it as it checks a whole file's
+/// against [`file_hash`]. Keyed apart from it, so one can never pass for the other.
+pub fn stripe_hash<'a>(size: u64, first: u64, chunk_hashes: impl IntoIterator<Item = &'a [u8; 32]>) -> [u8; 32] {
+    let mut h = blake3::Hasher::new_derive_key("tern stripe hash v1");
+    h.update(&size.to_be_bytes());
+    h.update(&first.to_be_bytes());
+    for c in chunk_hashes {
+        h.update(c);
+    }
+    *h.finalize().as_bytes()
+}
+
 /// A set of chunk indices, as a bitmap.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChunkSet {
@@ -109,6 +122,10 @@ pub struct Assembly {
     verified: ChunkSet,
     hashes: Vec<[u8; 32]>,
     expected: Option<[u8; 32]>,
+    /// The chunks this session moves: all of them, or a stripe's (`Entry::stripe`).
+    want: std::ops::Range<u64>,
+    /// Chunks of `want` verified.
+    verified_wanted: u64,
 }
 
 /// Why an assembled file cannot be accepted.
@@ -125,7 +142,34 @@ pub enum AssemblyError {
 impl Assembly {
     pub fn new(size: u64, chunk_size: u32) -> Self {
         let n = chunk_count(size, chunk_size);
-        Self { size, chunk_size, verified: ChunkSet::new(n), hashes: vec![[0; 32]; n as usize], expected: None }
+        Self { size, chunk_size, verified: ChunkSet::new(n), hashes: vec![[0; 32]; n as usize], expected: None, want: 0..n, verified_wanted: 0 }
+    }
+    /// Only chunks `want` of the file are assembled here (a stripe): the rest belong to other
+    /// sessions, and the check is [`stripe_hash`]'s.
+    pub fn stripe(size: u64, chunk_size: u32, want: std::ops::Range<u64>) -> Self {
+        let mut a = Self::new(size, chunk_size);
+        assert!(want.start < want.end && want.end <= a.chunks(), "stripe {want:?} of a {}-chunk file", a.chunks());
+        a.want = want;
+        a
+    }
+    /// The chunks this session moves.
+    pub fn wanted(&self) -> std::ops::Range<u64> {
+        self.want.clone()
+    }
+    pub fn is_stripe(&self) -> bool {
+        self.want != (0..self.chunks())
+    }
+    /// Runs of wanted chunks not yet verified, as `(start, count)` of at most `max` chunks.
+    pub fn missing_ranges(&self, max: u32) -> Vec<(u64, u32)> {
+        let (lo, hi) = (self.want.start, self.want.end);
+        let mut out = Vec::new();
+        for (start, count) in self.verified.missing_ranges(max) {
+            let (s, e) = (start.max(lo), (start + u64::from(count)).min(hi));
+            if s < e {
+                out.push((s, (e - s) as u32));
+            }
+        }
+        out
     }
     pub fn chunks(&self) -> u64 {
         self.verified.len()
@@ -144,10 +188,17 @@ impl Assembly {
             return Ok(false);
         }
         self.hashes[index as usize] = hash;
-        Ok(self.verified.insert(index))
+        let new = self.verified.insert(index);
+        if new && self.want.contains(&index) {
+            self.verified_wanted += 1;
+        }
+        Ok(new)
     }
     /// Forgets a chunk (its data turned out bad on re-read).
     pub fn forget(&mut self, index: u64) {
+        if self.verified.contains(index) && self.want.contains(&index) {
+            self.verified_wanted -= 1;
+        }
         self.verified.remove(index);
     }
     /// The sender's whole-file hash, from `FileEnd` (or the single chunk's hash).
@@ -157,9 +208,9 @@ impl Assembly {
     pub fn has_expected(&self) -> bool {
         self.expected.is_some()
     }
-    /// True when every chunk is verified and the sender's file hash is known.
+    /// True when every wanted chunk is verified and the sender's hash is known.
     pub fn is_ready(&self) -> bool {
-        self.verified.is_full() && self.expected.is_some()
+        self.verified_wanted == self.want.end - self.want.start && self.expected.is_some()
     }
     pub fn hash_of(&self, index: u64) -> Option<&[u8; 32]> {
         self.verified.contains(index).then(|| &self.hashes[index as usize])
@@ -167,7 +218,8 @@ impl Assembly {
     /// Final check before the file may be renamed into place.
     pub fn verify(&self) -> Result<(), AssemblyError> {
         assert!(self.is_ready(), "verify called before every chunk arrived");
-        if Some(file_hash(self.size, &self.hashes)) == self.expected { Ok(()) } else { Err(AssemblyError::FileMismatch) }
+        let have = if self.is_stripe() { stripe_hash(self.size, self.want.start, &self.hashes[self.want.start as usize..self.want.end as usize]) } else { file_hash(self.size, &self.hashes) };
+        if Some(have) == self.expected { Ok(()) } else { Err(AssemblyError::FileMismatch) }
     }
 }
 

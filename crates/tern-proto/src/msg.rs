@@ -70,6 +70,11 @@ pub struct Entry {
     pub target: Vec<u8>,
     /// Whole-file hash, sent only in `--checksum` mode.
     pub hash: Option<[u8; 32]>,
+    /// A regular file of which only the bytes `start..end` move in this session (kind 4 on the
+    /// wire, `FEATURE_STRIPES`): a stripe of a file spread over several node pairs. The receiver
+    /// verifies that range into the file's shared partial and publishes nothing; the file is
+    /// published by a later session of the whole file (docs/cluster.md "Stripes").
+    pub stripe: Option<(u64, u64)>,
 }
 
 /// Transfer options carried in `Open`.
@@ -212,6 +217,9 @@ pub const FEATURE_HOST_FACTS: u64 = 1024;
 /// Hello feature bit: this daemon is a node of a cluster and answers `ClusterRequest` with its
 /// live nodes (docs/cluster.md "Protocol additions").
 pub const FEATURE_CLUSTER: u64 = 2048;
+/// Hello feature bit: this peer sends a `Stripe` of a listed file (as the sender) and receives
+/// a stripe entry (kind 4) into a shared partial without publishing it (as the receiver).
+pub const FEATURE_STRIPES: u64 = 4096;
 /// Most nodes one `ClusterNodes` lists.
 pub const MAX_CLUSTER_NODES: usize = 256;
 /// Longest cluster name (`tern serve --cluster`).
@@ -436,6 +444,13 @@ pub enum Control {
     Filters(Vec<FilterRule>),
     /// Before `Open`, repeated: paths under the source directory to copy instead of walking it.
     FileList(Vec<Vec<u8>>),
+    /// Before `Open`, after the `FileList`, at most once (`FEATURE_STRIPES`): of the listed
+    /// regular file `path`, only bytes `start..end` move in this session.
+    Stripe {
+        path: Vec<u8>,
+        start: u64,
+        end: u64,
+    },
     /// Receiver → sender (`FEATURE_STREAM_RESET`): data stream `index` carried a record that
     /// failed authentication and is closed; the receiver accepted its first `received` chunk
     /// frames, the sender sends the rest again.
@@ -538,6 +553,7 @@ impl Control {
             Control::TestResult { .. } => 32,
             Control::ClusterRequest => 33,
             Control::ClusterNodes { .. } => 34,
+            Control::Stripe { .. } => 35,
         }
     }
 
@@ -570,6 +586,7 @@ impl Control {
                 w.u32(entries.len() as u32);
                 for e in entries {
                     w.u64(e.id).u8(match e.kind {
+                        EntryKind::File if e.stripe.is_some() => 4,
                         EntryKind::File => 0,
                         EntryKind::Dir => 1,
                         EntryKind::Symlink => 2,
@@ -581,6 +598,9 @@ impl Control {
                         Some(h) => w.u8(1).raw(h),
                         None => w.u8(0),
                     };
+                    if let (EntryKind::File, Some((start, end))) = (e.kind, e.stripe) {
+                        w.u64(start).u64(end);
+                    }
                 }
             }
             Control::ManifestEnd { files, bytes } => {
@@ -671,6 +691,9 @@ impl Control {
                     w.bytes(p);
                 }
             }
+            Control::Stripe { path, start, end } => {
+                w.bytes(path).u64(*start).u64(*end);
+            }
             Control::FsRequest { op, flags, path } => {
                 w.u8(op.to_u8()).u8(*flags).bytes(path);
             }
@@ -747,8 +770,9 @@ impl Control {
                 let mut entries = Vec::with_capacity(n);
                 for _ in 0..n {
                     let id = r.u64("id")?;
-                    let kind = match r.u8("kind")? {
-                        0 => EntryKind::File,
+                    let kind_byte = r.u8("kind")?;
+                    let kind = match kind_byte {
+                        0 | 4 => EntryKind::File,
                         1 => EntryKind::Dir,
                         2 => EntryKind::Symlink,
                         3 => EntryKind::HardLink,
@@ -777,7 +801,16 @@ impl Control {
                         1 => Some(r.array("hash")?),
                         _ => return Err(ProtoError::Invalid { what: "hash flag", why: "unknown value" }),
                     };
-                    entries.push(Entry { id, kind, path, size, mode, mtime_s, mtime_ns, target, hash });
+                    let stripe = if kind_byte == 4 {
+                        let (start, end) = (r.u64("stripe start")?, r.u64("stripe end")?);
+                        if start >= end || end > size {
+                            return Err(ProtoError::Invalid { what: "stripe", why: "empty, or past the end of the file" });
+                        }
+                        Some((start, end))
+                    } else {
+                        None
+                    };
+                    entries.push(Entry { id, kind, path, size, mode, mtime_s, mtime_ns, target, hash, stripe });
                 }
                 Control::Entries(entries)
             }
@@ -879,6 +912,15 @@ impl Control {
                     paths.push(p.to_vec());
                 }
                 Control::FileList(paths)
+            }
+            35 => {
+                let path = r.bytes("stripe path", limits::MAX_PATH)?.to_vec();
+                validate_relative(&path)?;
+                let (start, end) = (r.u64("stripe start")?, r.u64("stripe end")?);
+                if start >= end {
+                    return Err(ProtoError::Invalid { what: "stripe", why: "empty" });
+                }
+                Control::Stripe { path, start, end }
             }
             27 => {
                 let op = FsOp::from_u8(r.u8("file-system op")?)?;
@@ -1010,7 +1052,18 @@ mod tests {
         roundtrip(Control::Auth { nonce: [1; 32], proof: [2; 32] });
         roundtrip(Control::Open { server_role: Role::Receiver, options: opts, sources: vec![b"a".to_vec(), b"\xffb".to_vec()], destination: b"/dst".to_vec() });
         roundtrip(Control::Ready { session_id: [3; 16], data_addr: b"[::1]:99".to_vec(), nonce: [4; 32] });
-        roundtrip(Control::Entries(vec![Entry { id: 9, kind: EntryKind::Symlink, path: b"d/l".to_vec(), size: 0, mode: 0o777, mtime_s: -5, mtime_ns: 7, target: b"x".to_vec(), hash: Some([8; 32]) }]));
+        roundtrip(Control::Entries(vec![Entry {
+            id: 9,
+            kind: EntryKind::Symlink,
+            path: b"d/l".to_vec(),
+            size: 0,
+            mode: 0o777,
+            mtime_s: -5,
+            mtime_ns: 7,
+            target: b"x".to_vec(),
+            hash: Some([8; 32]),
+            stripe: None,
+        }]));
         roundtrip(Control::Entries(vec![Entry {
             id: 10,
             kind: EntryKind::HardLink,
@@ -1021,10 +1074,23 @@ mod tests {
             mtime_ns: 0,
             target: b"a/first".to_vec(),
             hash: None,
+            stripe: None,
         }]));
+        // A stripe of a file: kind 4 on the wire, its range after the hash flag.
+        let stripe = Entry { id: 12, kind: EntryKind::File, path: b"big".to_vec(), size: 10 << 20, mode: 0o644, mtime_s: 1, mtime_ns: 0, target: vec![], hash: None, stripe: Some((4 << 20, 8 << 20)) };
+        roundtrip(Control::Entries(vec![stripe.clone()]));
+        roundtrip(Control::Stripe { path: b"d/big".to_vec(), start: 0, end: 4 << 20 });
+        for bad in [(8 << 20, 8 << 20), (4 << 20, 11 << 20)] {
+            let bytes = Control::Entries(vec![Entry { stripe: Some(bad), ..stripe.clone() }]).encode();
+            let mut d = FrameDecoder::new(limits::MAX_CONTROL_FRAME);
+            d.push(&bytes);
+            let (t, body) = d.next_frame().unwrap().unwrap();
+            assert!(Control::decode(t, &body).is_err(), "stripe {bad:?} of a 10 MiB file accepted");
+        }
         // A hard link's target is a path in the tree: never absolute, never climbing out.
         for bad in [&b"../outside"[..], b"/etc/passwd", b"a/../../x", b""] {
-            let msg = Control::Entries(vec![Entry { id: 11, kind: EntryKind::HardLink, path: b"l".to_vec(), size: 0, mode: 0o644, mtime_s: 0, mtime_ns: 0, target: bad.to_vec(), hash: None }]);
+            let msg =
+                Control::Entries(vec![Entry { id: 11, kind: EntryKind::HardLink, path: b"l".to_vec(), size: 0, mode: 0o644, mtime_s: 0, mtime_ns: 0, target: bad.to_vec(), hash: None, stripe: None }]);
             let mut d = FrameDecoder::new(limits::MAX_CONTROL_FRAME);
             d.push(&msg.encode());
             let (t, body) = d.next_frame().unwrap().unwrap();
@@ -1176,7 +1242,7 @@ mod tests {
 
     #[test]
     fn refuses_escaping_entry_path() {
-        let m = Control::Entries(vec![Entry { id: 0, kind: EntryKind::File, path: b"../../etc/passwd".to_vec(), size: 0, mode: 0, mtime_s: 0, mtime_ns: 0, target: vec![], hash: None }]);
+        let m = Control::Entries(vec![Entry { id: 0, kind: EntryKind::File, path: b"../../etc/passwd".to_vec(), size: 0, mode: 0, mtime_s: 0, mtime_ns: 0, target: vec![], hash: None, stripe: None }]);
         let bytes = m.encode();
         assert!(matches!(Control::decode(bytes[4], &bytes[5..]), Err(ProtoError::Invalid { .. })));
     }

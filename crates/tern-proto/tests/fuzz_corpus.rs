@@ -53,7 +53,8 @@ fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     opts.set_preserve(true);
     opts.set_delete(true);
     opts.set_safe_links(true);
-    let file = Entry { id: 1, kind: EntryKind::File, path: b"run1/a.h5".to_vec(), size: 5 << 20, mode: 0o100644, mtime_s: 1_700_000_000, mtime_ns: 12, target: vec![], hash: Some([7; 32]) };
+    let file =
+        Entry { id: 1, kind: EntryKind::File, path: b"run1/a.h5".to_vec(), size: 5 << 20, mode: 0o100644, mtime_s: 1_700_000_000, mtime_ns: 12, target: vec![], hash: Some([7; 32]), stripe: None };
     let msgs = vec![
         ("hello", Control::Hello { min_version: 1, max_version: 1, features: 0xff }),
         ("auth", Control::Auth { nonce: [1; 32], proof: [2; 32] }),
@@ -63,9 +64,9 @@ fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
             "entries",
             Control::Entries(vec![
                 file.clone(),
-                Entry { id: 2, kind: EntryKind::Dir, path: b"run1/sub".to_vec(), size: 0, mode: 0o40755, mtime_s: 0, mtime_ns: 0, target: vec![], hash: None },
-                Entry { id: 3, kind: EntryKind::Symlink, path: b"run1/l".to_vec(), size: 0, mode: 0o120777, mtime_s: -5, mtime_ns: 7, target: b"../run1/a.h5".to_vec(), hash: None },
-                Entry { id: 4, kind: EntryKind::HardLink, path: b"run1/second".to_vec(), size: 5, mode: 0o100644, mtime_s: 1, mtime_ns: 0, target: b"run1/a.h5".to_vec(), hash: None },
+                Entry { id: 2, kind: EntryKind::Dir, path: b"run1/sub".to_vec(), size: 0, mode: 0o40755, mtime_s: 0, mtime_ns: 0, target: vec![], hash: None, stripe: None },
+                Entry { id: 3, kind: EntryKind::Symlink, path: b"run1/l".to_vec(), size: 0, mode: 0o120777, mtime_s: -5, mtime_ns: 7, target: b"../run1/a.h5".to_vec(), hash: None, stripe: None },
+                Entry { id: 4, kind: EntryKind::HardLink, path: b"run1/second".to_vec(), size: 5, mode: 0o100644, mtime_s: 1, mtime_ns: 0, target: b"run1/a.h5".to_vec(), hash: None, stripe: None },
             ]),
         ),
         ("entries-root-file", Control::Entries(vec![Entry { path: vec![], ..file.clone() }])),

@@ -120,6 +120,7 @@ pub(crate) fn spec(ep: &Endpoint, c: &ConnArgs) -> ClientSpec {
         retry_for: Duration::ZERO,
         filters: Vec::new(),
         files_from: None,
+        stripe: None,
         fences: Default::default(),
     }
 }

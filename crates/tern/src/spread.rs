@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tern_engine::client::session::ClientSpec;
+use tern_engine::driver::sender::Stripe;
 use tern_engine::endpoint::Endpoint;
 use tern_engine::error::{ErrorKind, Side, TransferError};
 use tern_engine::progress::Progress;
@@ -59,8 +60,12 @@ pub(crate) struct Plan {
     refresh_src: Option<Endpoint>,
 }
 
+#[derive(Default)]
 struct Unit {
     paths: Vec<Vec<u8>>,
+    /// A stripe of the unit's one file: its bytes move verified and unpublished; the closing
+    /// pass publishes the file once every stripe is in (docs/cluster.md "Stripes").
+    stripe: Option<Stripe>,
     bytes: u64,
     attempts: u32,
 }
@@ -143,7 +148,9 @@ pub(crate) fn plan(spec: &ClientSpec, contents: bool, sync: bool, dry_run: bool)
     };
     let (files, total) = files;
     let count = files.len() as u64;
-    let units = cut(files, n as u64, total);
+    // With --checksum the sender hashes every listed file whole: a stripe would read it all.
+    let stripe_chunk = (!spec.options.checksum()).then_some(spec.options.chunk_size);
+    let units = cut(files, n as u64, total, stripe_chunk);
     Ok(Some(Plan {
         pairs,
         target,
@@ -269,13 +276,27 @@ fn target_dir(spec: &ClientSpec, dest: &Endpoint, contents: bool) -> Result<Opti
 /// the bench's cluster bed (bench/results/cluster-scale.md): units that shrink as the work left
 /// does (guided self-scheduling) balanced the tail better but started twice as many sessions,
 /// each paying its handshake and ramp, and moved 4 GiB over 2 pairs in 100.5 s against 96.2 s.
-fn cut(files: Vec<Listed>, pairs: u64, total: u64) -> Vec<Unit> {
+///
+/// A file larger than a unit is cut into stripes of about a unit each (whole chunks of
+/// `stripe_chunk` bytes), so one large file moves over every pair; `None`: files stay whole.
+fn cut(files: Vec<Listed>, pairs: u64, total: u64, stripe_chunk: Option<u32>) -> Vec<Unit> {
     let size = (total / (pairs * UNITS_PER_PAIR).max(1)).clamp(UNIT_MIN_BYTES, UNIT_MAX_BYTES);
     let mut units = Vec::new();
-    let mut cur = Unit { paths: Vec::new(), bytes: 0, attempts: 0 };
+    let mut cur = Unit::default();
     for (path, len) in files {
+        if let Some(cs) = stripe_chunk.map(u64::from).filter(|&cs| cs > 0 && len > size && len > cs) {
+            let n = len.div_ceil(size);
+            let step = len.div_ceil(n).div_ceil(cs) * cs;
+            let mut start = 0;
+            while start < len {
+                let end = (start + step).min(len);
+                units.push(Unit { paths: vec![path.clone()], stripe: Some(Stripe { path: path.clone(), start, end }), bytes: end - start, attempts: 0 });
+                start = end;
+            }
+            continue;
+        }
         if !cur.paths.is_empty() && (cur.bytes + len > size || cur.paths.len() >= UNIT_FILES) {
-            units.push(std::mem::replace(&mut cur, Unit { paths: Vec::new(), bytes: 0, attempts: 0 }));
+            units.push(std::mem::take(&mut cur));
         }
         cur.bytes += len;
         cur.paths.push(path);
@@ -514,6 +535,7 @@ fn worker(spec: &ClientSpec, source_dir: &str, target: &str, src: Endpoint, dst:
             shared.busy.fetch_add(1, Ordering::SeqCst);
             let mut s = base.clone();
             s.files_from = Some(Arc::new(std::mem::take(&mut unit.paths)));
+            s.stripe = unit.stripe.clone();
             let p = Arc::new(Progress::default());
             shared.live.lock().unwrap().push(p.clone());
             let started = Instant::now();
@@ -527,7 +549,10 @@ fn worker(spec: &ClientSpec, source_dir: &str, target: &str, src: Endpoint, dst:
                 d.bytes_resent += Progress::get(&p.bytes_resent);
                 d.chunks_resent += Progress::get(&p.chunks_resent);
                 d.bytes_skipped += Progress::get(&p.bytes_skipped);
-                d.files_done += Progress::get(&p.files_done);
+                // A stripe's file is published by the closing pass, and counted there.
+                if unit.stripe.is_none() {
+                    d.files_done += Progress::get(&p.files_done);
+                }
             }
             tally.bytes += Progress::get(&p.bytes);
             match r {
@@ -565,7 +590,7 @@ mod tests {
     fn units_are_bounded_and_cover_every_file_once() {
         let files: Vec<(Vec<u8>, u64)> = (0..25_000u64).map(|i| (format!("d/{i}").into_bytes(), if i % 1000 == 0 { 200 << 20 } else { 4096 })).collect();
         let total: u64 = files.iter().map(|f| f.1).sum();
-        let units = cut(files.clone(), 3, total);
+        let units = cut(files.clone(), 3, total, None);
         let mut seen: Vec<Vec<u8>> = units.iter().flat_map(|u| u.paths.clone()).collect();
         seen.sort();
         let mut want: Vec<Vec<u8>> = files.into_iter().map(|f| f.0).collect();
@@ -578,8 +603,24 @@ mod tests {
 
     #[test]
     fn a_file_larger_than_a_unit_is_a_unit_of_its_own() {
-        let units = cut(vec![(b"a".to_vec(), 5 << 30), (b"b".to_vec(), 1), (b"c".to_vec(), 2 << 30)], 2, 7 << 30);
+        let units = cut(vec![(b"a".to_vec(), 5 << 30), (b"b".to_vec(), 1), (b"c".to_vec(), 2 << 30)], 2, 7 << 30, None);
         assert_eq!(units.len(), 3);
         assert_eq!(units[0].paths, vec![b"a".to_vec()]);
+    }
+
+    #[test]
+    fn a_file_larger_than_a_unit_is_cut_into_chunk_aligned_stripes_that_cover_it_once() {
+        const CS: u64 = 4 << 20;
+        let len = (3 << 30) + 12345;
+        let units = cut(vec![(b"big".to_vec(), len), (b"small".to_vec(), 10)], 3, len + 10, Some(CS as u32));
+        let stripes: Vec<&Stripe> = units.iter().filter_map(|u| u.stripe.as_ref()).collect();
+        assert_eq!(stripes.len(), 9, "about one unit each: three per pair");
+        let mut ranges: Vec<(u64, u64)> = stripes.iter().map(|s| (s.start, s.end)).collect();
+        ranges.sort();
+        assert_eq!(ranges[0].0, 0);
+        assert_eq!(ranges.last().unwrap().1, len);
+        assert!(ranges.windows(2).all(|w| w[0].1 == w[1].0), "contiguous, no overlap");
+        assert!(ranges.iter().all(|&(s, e)| s % CS == 0 && (e % CS == 0 || e == len)), "whole chunks");
+        assert!(units.iter().any(|u| u.stripe.is_none() && u.paths == vec![b"small".to_vec()]));
     }
 }

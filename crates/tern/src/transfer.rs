@@ -233,6 +233,7 @@ pub(crate) fn client_spec(srcs: &[String], dst: &str, recursive: bool, sync: boo
         retry_for: Duration::from_secs(c.retry_for),
         filters: c.filters.rules.clone(),
         files_from,
+        stripe: None,
         fences: tern_engine::client::session::Fences { src: c.src_beneath.clone(), dst: c.dst_beneath.clone() },
     };
     Ok(spec)

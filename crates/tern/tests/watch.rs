@@ -362,6 +362,7 @@ fn daemon_runs_only_registered_hooks_inside_its_root() {
         retry_for: Duration::from_secs(5),
         filters: Vec::new(),
         files_from: None,
+        stripe: None,
         fences: Default::default(),
     };
     let pwned = t.path().join("pwned");

@@ -63,6 +63,9 @@ pub struct ClientSpec {
     pub filters: Vec<FilterRule>,
     /// `--files-from`: paths under the one source directory to copy instead of all of it.
     pub files_from: Option<Arc<Vec<Vec<u8>>>>,
+    /// Of one file in `files_from`, only this byte range moves, verified but not published (a
+    /// unit of a spread transfer: docs/cluster.md "Stripes").
+    pub stripe: Option<crate::driver::sender::Stripe>,
     /// Local source and destination paths must resolve beneath these directories at the moment
     /// of use, as a daemon's do (fsops::Beneath): the service confines its jobs with them.
     pub fences: Fences,
@@ -399,6 +402,15 @@ pub(crate) fn send_filters(writer: &CtrlWriter, features: u64, spec: &ClientSpec
         // Cut by count and by bytes: 4,096 paths of 4 KiB each would be 16 MiB in one frame.
         for part in crate::client::session::byte_bounded(list, tern_proto::limits::MAX_LIST, tern_proto::limits::MAX_CONTROL_FRAME as usize / 2) {
             writer.send(&Control::FileList(part.to_vec()))?;
+        }
+    }
+    if let Some(s) = &spec.stripe {
+        // Both ends must know stripes: an older receiver would publish a stripe as the file.
+        if features & tern_proto::msg::FEATURE_STRIPES == 0 {
+            return Err(too_old("a stripe of a spread file"));
+        }
+        if to_sender {
+            writer.send(&Control::Stripe { path: s.path.clone(), start: s.start, end: s.end })?;
         }
     }
     Ok(())
@@ -757,7 +769,16 @@ fn run_sender(run: ClientRun<'_>, options: Options, channel: Channel, streams: S
     let sending = Sending::new().with_resets(repair.0, repair.1);
     let (add, fail) = (sending.feed(), sending.feed());
     let conns = attach_streams(spec, progress, streams, opener, Arc::new(move |c| add.add(c)), Box::new(move |e| fail.fail(e)));
-    let params = SenderParams { sources, options, progress: progress.clone(), memory: memory.clone(), rate: rate.clone(), filter: compile_filter(spec)?, list: spec.files_from.clone() };
+    let params = SenderParams {
+        sources,
+        options,
+        progress: progress.clone(),
+        memory: memory.clone(),
+        rate: rate.clone(),
+        filter: compile_filter(spec)?,
+        list: spec.files_from.clone(),
+        stripe: spec.stripe.clone(),
+    };
     sending.run(reader, writer, conns, params)
 }
 

@@ -669,6 +669,13 @@ fn drive(ctx: &mut Ctx) -> Result<(), TransferError> {
                 let sink = ctx.sinks.read().unwrap().get(&id).cloned().expect("a receiving file has its sink");
                 let _ = ctx.finalize.send(ToFinalize { id, sink, expected: file_hash, more_coming });
             }
+            Action::StripeVerified { id } => {
+                // Closing its descriptors is all: the part and journal stay, shared with the
+                // file's other stripes and read back by the session that publishes it.
+                ctx.sinks.write().unwrap().remove(&id);
+                ctx.done_ids.push(id);
+                ctx.machine.finalized(id);
+            }
             Action::Abandon { id } => {
                 // Throw the partial state away before the file starts over.
                 if let Some(sink) = ctx.sinks.write().unwrap().remove(&id)
@@ -712,6 +719,12 @@ fn drive(ctx: &mut Ctx) -> Result<(), TransferError> {
 
 /// A file verified, durable and under its final name.
 fn landed(ctx: &mut Ctx, f: &FileInfo) {
+    if let Some((start, end)) = f.entry.stripe {
+        // Verified but not published: its bytes count, the file lands with its last session.
+        Progress::add(&ctx.p.progress.bytes_of_finished, end - start);
+        ctx.summary.bytes_written += end - start;
+        return;
+    }
     ctx.p.progress.landed(&f.entry.path, f.entry.size);
     ctx.summary.files_done += 1;
     ctx.summary.bytes_written += f.entry.size;
@@ -866,6 +879,14 @@ fn entry(ctx: &mut Ctx, e: Entry) -> Result<(), TransferError> {
         }
         EntryKind::File => {
             let id = e.id;
+            let cs = u64::from(p.options.chunk_size.max(1));
+            let stripe = match e.stripe {
+                None => None,
+                // Chunk-aligned, and a part of the file only: anything else would make this
+                // session write another stripe's chunks or publish a stripe as the file.
+                Some((start, end)) if start % cs == 0 && (end % cs == 0 || end == e.size) && (start > 0 || end < e.size) => Some((start / cs, end.div_ceil(cs))),
+                Some(_) => return Err(peer_bug("a stripe not aligned to chunks, or the whole file")),
+            };
             let skip = match identical(ctx, &rel, &e) {
                 Ok(s) => s,
                 Err(err) => {
@@ -884,7 +905,7 @@ fn entry(ctx: &mut Ctx, e: Entry) -> Result<(), TransferError> {
                     Progress::add(&ctx.p.progress.bytes_of_finished, size);
                 }
             } else {
-                ctx.machine.announce(FileSpec { id, size, mtime: (e.mtime_s, e.mtime_ns) }, FileInfo { entry: e, rel });
+                ctx.machine.announce(FileSpec { id, size, mtime: (e.mtime_s, e.mtime_ns), stripe }, FileInfo { entry: e, rel });
             }
         }
     }
@@ -965,29 +986,28 @@ fn prepare(ctx: &mut Ctx, id: u64, start_over: bool) -> Result<Vec<(u64, [u8; 32
     let mut journal = None;
     let mut fresh = true;
     let retry = start_over;
-    if chunks > 1 && !retry {
+    if let Some((start, end)) = e.stripe {
+        // A stripe: the part and journal are shared with the file's other stripes, which may
+        // be writing them now from other nodes. Join them (or start them), resume only this
+        // stripe's chunks, and never remove what another stripe wrote.
+        let header = JournalHeader { size: e.size, mtime_s: e.mtime_s, mtime_ns: e.mtime_ns, chunk_size };
+        let want = u64::from(chunk_size).max(1);
+        let range = start / want..end.div_ceil(want);
+        let (j, records) = join_shared_part(&*dir, &tmp, &jname, &header).map_err(|err| io("cannot set up the shared partial", &err))?;
+        journal = Some(j);
+        fresh = false;
+        if !retry && let Ok(part) = fsops::open_read(&*dir, &tmp) {
+            let reused = rehash_claimed(&part, e.size, chunk_size, records.into_iter().filter(|(i, _)| range.contains(i)), &mut resumed);
+            Progress::add(&ctx.p.progress.bytes_skipped, reused);
+        }
+    } else if chunks > 1 && !retry {
         let header = JournalHeader { size: e.size, mtime_s: e.mtime_s, mtime_ns: e.mtime_ns, chunk_size };
         if !fresh_dir
             && let Some((h, records)) = Journal::read(&*dir, &jname).map_err(|err| io("cannot read journal", &err))?
             && h == header
             && let Ok(part) = fsops::open_read(&*dir, &tmp)
         {
-            // Re-hash what the journal claims: after a power loss it may claim more than
-            // reached the disk (docs/journal.md).
-            let mut buf = vec![0u8; chunk_size as usize];
-            let mut reused = 0u64;
-            let mut seen = tern_proto::chunk::ChunkSet::new(chunks);
-            for (index, hash) in records {
-                if index >= chunks || seen.contains(index) {
-                    continue;
-                }
-                let (off, len) = chunk_range(e.size, chunk_size, index);
-                if part.read_exact_at(&mut buf[..len as usize], off).is_ok() && chunk_hash(&buf[..len as usize]) == hash {
-                    seen.insert(index);
-                    resumed.push((index, hash));
-                    reused += len as u64;
-                }
-            }
+            let reused = rehash_claimed(&part, e.size, chunk_size, records, &mut resumed);
             Progress::add(&ctx.p.progress.bytes_skipped, reused);
             fresh = false;
             journal = Some(Journal::reopen(&*dir, &jname).map_err(|err| io("cannot open journal", &err))?);
@@ -1028,6 +1048,53 @@ fn prepare(ctx: &mut Ctx, id: u64, start_over: bool) -> Result<Vec<(u64, [u8; 32
     });
     ctx.sinks.write().unwrap().insert(id, sink);
     Ok(resumed)
+}
+
+/// Re-hashes what a journal claims, keeping the chunks whose data still matches (after a power
+/// loss it may claim more than reached the disk: docs/journal.md). Returns the bytes kept.
+fn rehash_claimed(part: &File, size: u64, chunk_size: u32, records: impl IntoIterator<Item = (u64, [u8; 32])>, resumed: &mut Vec<(u64, [u8; 32])>) -> u64 {
+    let chunks = chunk_count(size, chunk_size);
+    let mut buf = vec![0u8; chunk_size as usize];
+    let mut reused = 0u64;
+    let mut seen = tern_proto::chunk::ChunkSet::new(chunks);
+    for (index, hash) in records {
+        if index >= chunks || seen.contains(index) {
+            continue;
+        }
+        let (off, len) = chunk_range(size, chunk_size, index);
+        if part.read_exact_at(&mut buf[..len as usize], off).is_ok() && chunk_hash(&buf[..len as usize]) == hash {
+            seen.insert(index);
+            resumed.push((index, hash));
+            reused += len as u64;
+        }
+    }
+    reused
+}
+
+/// Joins the partial file and journal that a file's stripes share, starting them if this is the
+/// first stripe here. A journal of another version of the file (a leftover) is started over:
+/// its temporary removed before the new header is written, so no stripe joins a stale part.
+/// A journal whose header is still being written (another stripe just made it) is waited for;
+/// one whose header stays unreadable (torn by a crash) is a leftover too.
+fn join_shared_part(dir: &impl std::os::fd::AsFd, tmp: &[u8], jname: &[u8], header: &JournalHeader) -> std::io::Result<(Journal, Vec<(u64, [u8; 32])>)> {
+    const WAIT: Duration = Duration::from_millis(5);
+    const TRIES: u32 = 400; // 2 s: a header is one write after the create
+    for _ in 0..TRIES {
+        match Journal::read(dir, jname)? {
+            Some((h, records)) if &h == header => return Ok((Journal::reopen(dir, jname)?, records)),
+            Some(_) => break,
+            None => {
+                if let Some(j) = Journal::create_shared(dir, jname, header, || fsops::unlink_at(dir, tmp))? {
+                    return Ok((j, Vec::new()));
+                }
+                thread::sleep(WAIT);
+            }
+        }
+    }
+    // A leftover: its temporary goes, then the journal restarts. A stripe of this version
+    // racing here writes the same header, and what either wrote is re-hashed before it counts.
+    fsops::unlink_at(dir, tmp)?;
+    Ok((Journal::create(dir, jname, header)?, Vec::new()))
 }
 
 /// `link.path` becomes another name of `link.target` (a regular file beneath the root), through a
@@ -1071,7 +1138,7 @@ fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
     // An empty source's contents (`sync EMPTY/ DST`): nothing named the layout, but DST is
     // still made (as rsync does) and a mirror with --delete still has something to compare.
     if ctx.layout.is_none() && ctx.p.options.contents() {
-        let root_entry = Entry { id: 0, kind: EntryKind::Dir, path: Vec::new(), size: 0, mode: 0o755, mtime_s: 0, mtime_ns: 0, target: Vec::new(), hash: None };
+        let root_entry = Entry { id: 0, kind: EntryKind::Dir, path: Vec::new(), size: 0, mode: 0o755, mtime_s: 0, mtime_ns: 0, target: Vec::new(), hash: None, stripe: None };
         init_layout(ctx, &root_entry)?;
     }
     if ctx.p.options.dry_run() {

@@ -84,6 +84,17 @@ pub struct SenderParams {
     pub filter: Filter,
     /// `--files-from`: walk these paths under the one source instead of the whole tree.
     pub list: Option<Arc<Vec<Vec<u8>>>>,
+    /// Of one listed file, only these bytes move (`Control::Stripe`, docs/cluster.md "Stripes").
+    pub stripe: Option<Stripe>,
+}
+
+/// A listed file's byte range that one session moves (a unit of a spread transfer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stripe {
+    /// As listed: relative to the source directory.
+    pub path: Vec<u8>,
+    pub start: u64,
+    pub end: u64,
 }
 
 #[derive(Clone)]
@@ -254,7 +265,7 @@ impl Sending {
         }
         crate::net::control::spawn_reader(reader, events.clone(), Event::Ctrl, Event::CtrlFailed);
         {
-            let job = WalkJob { sources: p.sources.clone(), opts: p.options, filter: p.filter.clone(), list: p.list.clone(), ahead: ahead.clone() };
+            let job = WalkJob { sources: p.sources.clone(), opts: p.options, filter: p.filter.clone(), list: p.list.clone(), stripe: p.stripe.clone(), ahead: ahead.clone() };
             let (ev, w, memory) = (events.clone(), writer.clone(), p.memory.clone());
             thread::spawn(move || walker(ev, w, memory, job));
         }
@@ -349,12 +360,13 @@ impl Driver<'_> {
                 for f in batch {
                     let id = self.next_id;
                     self.next_id += 1;
-                    let (kind, size) = (f.kind, f.size);
+                    let (kind, size, stripe) = (f.kind, f.size, f.stripe);
                     let info = Arc::new(SrcInfo { path: f.path, rel: f.rel, size: f.size, mtime_s: f.mtime_s, mtime_ns: f.mtime_ns, finished: AtomicBool::new(false), beneath: f.beneath });
                     if kind == EntryKind::File {
                         Progress::add(&progress.files_total, 1);
                         Progress::add(&progress.bytes_total, size);
-                        self.machine.announce_file(id, size, info);
+                        let cs = u64::from(self.p.options.chunk_size.max(1));
+                        self.machine.announce_stripe(id, size, stripe.map(|(start, end)| (start / cs, end.div_ceil(cs))), info);
                     } else {
                         self.machine.announce_other(id, info);
                     }
@@ -684,15 +696,27 @@ struct WalkJob {
     sources: Vec<SourceSpec>,
     opts: Options,
     filter: Filter,
+    stripe: Option<Stripe>,
     list: Option<Arc<Vec<Vec<u8>>>>,
     ahead: Arc<Ahead>,
+}
+
+/// The byte range of `s` to announce for a file of `size` bytes now: `None` when it is the whole
+/// file (it moves and lands as any file), an error when the file no longer has it.
+fn stripe_of(s: &Stripe, size: u64, chunk_size: u32) -> Result<Option<(u64, u64)>, &'static str> {
+    let cs = u64::from(chunk_size.max(1));
+    if s.end > size || s.start >= s.end || s.start % cs != 0 || (s.end % cs != 0 && s.end != size) {
+        return Err("changed since it was listed for spreading (its stripe no longer fits it); the transfer's closing pass sends it whole");
+    }
+    Ok((s.start > 0 || s.end < size).then_some((s.start, s.end)))
 }
 
 /// Multi-link files whose first name the walk remembers, to announce their other names as links.
 const MAX_HARD_LINKED_FILES: usize = 1_000_000;
 
 fn walker(events: Sender<Event>, writer: Arc<CtrlWriter>, memory: Arc<Mutex<SendMemory>>, job: WalkJob) {
-    let WalkJob { sources, opts, filter, list, ahead } = job;
+    let WalkJob { sources, opts, filter, list, stripe, ahead } = job;
+    let striped = stripe.as_ref().map(|s| sources.first().map(|src| src.path.join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&s.path))));
     const BATCH: usize = 512;
     // A batch is also cut by bytes: 512 entries of 4 KiB paths and link targets would be 4 MiB,
     // four times a control frame. Half a frame leaves room for the largest single entry.
@@ -709,7 +733,18 @@ fn walker(events: Sender<Event>, writer: Arc<CtrlWriter>, memory: Arc<Mutex<Send
         let mut entries = Vec::with_capacity(batch.len());
         for f in batch.iter() {
             let hash = if opts.checksum() && f.kind == EntryKind::File { f.open().and_then(|file| crate::store::hashing::hash_file(&file, f.size, opts.chunk_size)).ok() } else { None };
-            entries.push(Entry { id: *next_id, kind: f.kind, path: f.rel.clone(), size: f.size, mode: f.mode, mtime_s: f.mtime_s, mtime_ns: f.mtime_ns, target: f.target.clone(), hash });
+            entries.push(Entry {
+                id: *next_id,
+                kind: f.kind,
+                path: f.rel.clone(),
+                size: f.size,
+                mode: f.mode,
+                mtime_s: f.mtime_s,
+                mtime_ns: f.mtime_ns,
+                target: f.target.clone(),
+                hash,
+                stripe: f.stripe,
+            });
             *next_id += 1;
         }
         let _ = events.send(Event::Files(std::mem::take(batch)));
@@ -737,6 +772,19 @@ fn walker(events: Sender<Event>, writer: Arc<CtrlWriter>, memory: Arc<Mutex<Send
         }
         if f.kind == EntryKind::File && finished.contains(&f.rel) {
             return true;
+        }
+        if let (Some(Some(path)), Some(s)) = (&striped, &stripe)
+            && f.kind == EntryKind::File
+            && &f.path == path
+        {
+            match stripe_of(s, f.size, opts.chunk_size) {
+                Ok(range) => f.stripe = range,
+                Err(why) => {
+                    // Sending it whole would publish it under the other stripes' feet.
+                    let _ = events.send(Event::WalkWarning(TransferError::file(Side::Source, f.path.display().to_string(), why)));
+                    return true;
+                }
+            }
         }
         if f.kind == EntryKind::Symlink && opts.safe_links() {
             // Judged against the copied tree, as rsync's --safe-links: the source's own name
@@ -1005,8 +1053,16 @@ mod reset_tests {
         let (c1, c2) = UnixStream::pair().unwrap();
         let (d1, d2) = UnixStream::pair().unwrap();
         let options = tern_proto::Options { flags: 0, chunk_size: CHUNK, streams: 1, concurrency: 0 };
-        let params =
-            SenderParams { sources: vec![crate::store::walk::source_spec(&file, false)], options, progress: Arc::default(), memory: Arc::default(), rate: None, filter: Filter::default(), list: None };
+        let params = SenderParams {
+            sources: vec![crate::store::walk::source_spec(&file, false)],
+            options,
+            progress: Arc::default(),
+            memory: Arc::default(),
+            rate: None,
+            filter: Filter::default(),
+            list: None,
+            stripe: None,
+        };
         let sending = Sending::new().with_resets(resets, None);
         let feed = sending.feed();
         let h = ControlHalves::from_unix(c1).unwrap();

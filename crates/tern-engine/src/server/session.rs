@@ -15,7 +15,7 @@ use tern_proto::filter::Filter;
 use tern_proto::msg::{MAX_FILE_LIST, MAX_FILE_LIST_BYTES, Role, Summary};
 
 use crate::driver::receiver::{ReceiverParams, Receiving};
-use crate::driver::sender::{SendMemory, SenderParams, Sending};
+use crate::driver::sender::{SendMemory, SenderParams, Sending, Stripe};
 use crate::error::{Side, TransferError};
 use crate::limits::{Admit, Conn, Gate, Limits};
 use crate::net::control::{CtrlReader, CtrlWriter};
@@ -74,6 +74,7 @@ pub fn serve_session(halves: ControlHalves, streams: Receiver<PendingStream>, se
     let mut filter = Filter::default();
     let mut list: Option<Vec<Vec<u8>>> = None;
     let mut list_bytes = 0usize;
+    let mut stripe: Option<Stripe> = None;
     let request = loop {
         match reader.recv()? {
             Control::Filters(rules) => filter = Filter::new(&rules).map_err(refuse)?,
@@ -84,6 +85,12 @@ pub fn serve_session(halves: ControlHalves, streams: Receiver<PendingStream>, se
                     return Err(refuse(format!("--files-from lists more than {MAX_FILE_LIST} paths or {} MiB of names; split the list into several transfers", MAX_FILE_LIST_BYTES >> 20)));
                 }
                 l.extend(paths);
+            }
+            Control::Stripe { path, start, end } => {
+                if stripe.is_some() || !list.as_ref().is_some_and(|l| l.contains(&path)) {
+                    return Err(refuse("a stripe names a file the session's list does not hold, or comes twice".to_string()));
+                }
+                stripe = Some(Stripe { path, start, end });
             }
             other => break other,
         }
@@ -211,7 +218,7 @@ pub fn serve_session(halves: ControlHalves, streams: Receiver<PendingStream>, se
             let sending = Sending::new().with_resets(resets, None);
             let (feed, failed) = (sending.feed(), sending.feed());
             forward(Box::new(move |c| feed.add(c)), Box::new(move |e| failed.fail(e)));
-            let params = SenderParams { sources: specs, options, progress, memory: Arc::new(Mutex::new(SendMemory::default())), rate: None, filter, list: list.map(Arc::new) };
+            let params = SenderParams { sources: specs, options, progress, memory: Arc::new(Mutex::new(SendMemory::default())), rate: None, filter, list: list.map(Arc::new), stripe };
             sending.run(reader, writer, conns, params)
         }
         Role::Receiver => {

@@ -37,6 +37,22 @@ impl Journal {
         Ok(Self { file })
     }
 
+    /// Starts the journal of a part that several sessions share (a file's stripes), if none
+    /// exists: `Ok(None)` when another session made it first. `before_header` runs between the
+    /// exclusive create and the header: a session that finds the header joins the part, so
+    /// whatever must happen before anyone joins (removing a stale temporary) happens there.
+    pub(crate) fn create_shared(dir: &impl AsFd, name: &[u8], header: &JournalHeader, before_header: impl FnOnce() -> io::Result<()>) -> io::Result<Option<Self>> {
+        let fd = match rfs::openat(dir, name, OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::APPEND | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::from_raw_mode(0o600)) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::EXIST) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let mut file = File::from(fd);
+        before_header()?;
+        file.write_all(&header.encode())?;
+        Ok(Some(Self { file }))
+    }
+
     /// Reopens an existing journal for appending.
     pub(crate) fn reopen(dir: &impl AsFd, name: &[u8]) -> io::Result<Self> {
         let fd = rfs::openat(dir, name, OFlags::WRONLY | OFlags::APPEND | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;

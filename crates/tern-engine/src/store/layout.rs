@@ -166,7 +166,7 @@ mod tests {
     use super::*;
 
     fn entry(path: &[u8], kind: EntryKind) -> Entry {
-        Entry { id: 0, kind, path: path.to_vec(), size: 0, mode: 0o644, mtime_s: 0, mtime_ns: 0, target: vec![], hash: None }
+        Entry { id: 0, kind, path: path.to_vec(), size: 0, mode: 0o644, mtime_s: 0, mtime_ns: 0, target: vec![], hash: None, stripe: None }
     }
 
     #[test]

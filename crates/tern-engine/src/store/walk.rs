@@ -39,6 +39,8 @@ pub struct SrcFile {
     pub beneath: Option<Arc<Beneath>>,
     /// (device, inode) of a regular file with more than one name, to send later names as links.
     pub inode: Option<(u64, u64)>,
+    /// Only these bytes of the file move (`Entry::stripe`).
+    pub stripe: Option<(u64, u64)>,
 }
 
 impl SrcFile {
@@ -75,6 +77,7 @@ fn describe_at(path: &Path, probe: &Path, md: &fs::Metadata) -> Option<SrcFile> 
         target,
         beneath: None,
         inode: (kind == EntryKind::File && md.nlink() > 1).then(|| (md.dev(), md.ino())),
+        stripe: None,
     })
 }
 

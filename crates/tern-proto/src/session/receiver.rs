@@ -55,6 +55,9 @@ pub struct FileSpec {
     pub id: u64,
     pub size: u64,
     pub mtime: (i64, u32),
+    /// Only these chunks (`first..end`) move in this session: a stripe of a file spread over
+    /// several node pairs. It ends verified but unpublished ([`Action::StripeVerified`]).
+    pub stripe: Option<(u64, u64)>,
 }
 
 /// How a file ended.
@@ -84,6 +87,10 @@ pub enum Action<T> {
     /// The chunks add up to a different file than the sender's: throw away the part and its
     /// journal (the file starts over or fails; a `Done` or `Prepare` follows).
     Abandon { id: u64 },
+    /// Every chunk of a stripe is verified and they add up to the sender's stripe hash: close
+    /// the part, publish nothing (the part and its journal stay for the file's other stripes
+    /// and the session that publishes it). Answered with [`Receiver::finalized`].
+    StripeVerified { id: u64 },
     /// The file is finished and forgotten; `payload` is what the driver gave at `announce`.
     Done { id: u64, payload: T, outcome: Outcome },
     /// The process ran out of descriptors (or memory) with nothing of this session in flight
@@ -210,8 +217,13 @@ impl<T> Receiver<T> {
         let chunk_size = self.chunk_size;
         let f = self.files.get_mut(&id).expect("a file being prepared is held");
         debug_assert_eq!(f.state, State::Preparing);
-        let mut assembly = Assembly::new(f.spec.size, chunk_size);
-        let mut resumed = resumed.into_iter().peekable();
+        let mut assembly = match f.spec.stripe {
+            Some((first, end)) => Assembly::stripe(f.spec.size, chunk_size, first..end),
+            None => Assembly::new(f.spec.size, chunk_size),
+        };
+        let wanted = assembly.wanted();
+        // Another stripe's chunks are that session's business, whatever the store holds.
+        let mut resumed = resumed.into_iter().filter(|(index, _)| wanted.contains(index)).peekable();
         // Its hash comes only with its frame (the sender sends no FileEnd for a one-chunk
         // file): resumed, it would wait for ever.
         debug_assert!(assembly.chunks() > 1 || resumed.peek().is_none(), "file {id}: a one-chunk file resumed");
@@ -219,7 +231,7 @@ impl<T> Receiver<T> {
             assert!(index < assembly.chunks(), "the store resumed chunk {index} of a {}-chunk file", assembly.chunks());
             let _ = assembly.record(index, hash);
         }
-        let ranges = assembly.verified().missing_ranges(u32::MAX);
+        let ranges = assembly.missing_ranges(u32::MAX);
         let missing: u64 = ranges.iter().flat_map(|&(s, c)| s..s + u64::from(c)).map(|i| u64::from(chunk_range(f.spec.size, chunk_size, i).1)).sum();
         f.state = State::Receiving;
         f.outstanding = missing;
@@ -406,7 +418,10 @@ impl<T> Receiver<T> {
         if a.verify().is_err() {
             self.holding -= usize::from(a.chunks() > 1);
             // A journal from an older version of the source, say: start this file over once.
-            self.actions.push_back(Action::Abandon { id });
+            // A stripe's part is shared with the file's other stripes: it is only not resumed.
+            if !a.is_stripe() {
+                self.actions.push_back(Action::Abandon { id });
+            }
             f.state = State::Pending;
             f.assembly = None;
             if f.retries < MAX_FILE_RETRIES {
@@ -423,10 +438,15 @@ impl<T> Receiver<T> {
             }
             return;
         }
-        let hash = file_hash(a.size, (0..a.chunks()).map(|i| a.hash_of(i).expect("every chunk verified")));
+        let stripe = a.is_stripe();
+        let hash = (!stripe).then(|| file_hash(a.size, (0..a.chunks()).map(|i| a.hash_of(i).expect("every chunk verified"))));
         f.state = State::Finalizing;
         f.assembly = None;
         self.finalizing += 1;
+        let Some(hash) = hash else {
+            self.actions.push_back(Action::StripeVerified { id });
+            return;
+        };
         // With the window full, nothing more can arrive before this batch is done: do not wait.
         let more_coming = self.receiving > 0 && self.receiving + self.finalizing < self.files_allowed;
         self.actions.push_back(Action::Finalize { id, file_hash: hash, more_coming });
@@ -529,7 +549,7 @@ mod tests {
     }
 
     fn spec(id: u64, size: u64) -> FileSpec {
-        FileSpec { id, size, mtime: (1, 2) }
+        FileSpec { id, size, mtime: (1, 2), stripe: None }
     }
 
     fn h(i: u64) -> [u8; 32] {
@@ -555,6 +575,33 @@ mod tests {
         }
         let hashes: Vec<_> = (0..n).map(h).collect();
         r.file_end(id, file_hash(size, &hashes), size, (1, 2)).unwrap();
+    }
+
+    #[test]
+    fn a_stripe_wants_only_its_chunks_and_is_verified_without_publishing() {
+        let size = 6 * u64::from(CHUNK);
+        let mut r = machine(1 << 30, 4);
+        r.announce(FileSpec { stripe: Some((2, 4)), ..spec(0, size) }, "f");
+        assert!(matches!(r.poll_action(), Some(Action::Prepare { id: 0, start_over: false })));
+        // The store holds chunk 0 (another stripe's) and chunk 2 (this one's): only 3 is wanted.
+        r.prepared(0, [(0, h(0)), (2, h(2))]);
+        let a = drain(&mut r);
+        assert!(matches!(&a[..], [Action::Want(w)] if w[0].ranges == vec![(3, 1)]), "{a:?}");
+        r.chunk_stored(0, 3, h(3), false).unwrap();
+        r.file_end(0, crate::chunk::stripe_hash(size, 2, &[h(2), h(3)]), size, (1, 2)).unwrap();
+        assert!(matches!(drain(&mut r)[..], [Action::StripeVerified { id: 0 }]), "verified, never finalized under its name");
+        r.finalized(0);
+        assert!(matches!(drain(&mut r)[..], [Action::Done { id: 0, outcome: Outcome::Landed, .. }]));
+
+        // A stripe that does not add up starts over without throwing the shared part away.
+        r.announce(FileSpec { stripe: Some((0, 2)), ..spec(1, size) }, "f");
+        drain(&mut r);
+        r.chunk_stored(1, 0, h(0), false).unwrap();
+        r.chunk_stored(1, 1, h(1), false).unwrap();
+        r.file_end(1, file_hash(size, &[h(0), h(1)]), size, (1, 2)).unwrap();
+        let a = drain(&mut r);
+        assert!(a.iter().all(|a| !matches!(a, Action::Abandon { .. })), "the part is the other stripes' too: {a:?}");
+        assert!(a.iter().any(|a| matches!(a, Action::Prepare { id: 1, start_over: true })), "{a:?}");
     }
 
     #[test]

@@ -22,7 +22,7 @@ use std::collections::{HashMap, VecDeque};
 
 use crate::ProtoError;
 use crate::Side;
-use crate::chunk::{ChunkSet, chunk_count, chunk_range, file_hash, validate_ranges};
+use crate::chunk::{ChunkSet, chunk_count, chunk_range, file_hash, stripe_hash, validate_ranges};
 
 /// Why reading a source file failed, as far as a decision or a report depends on it. The wording
 /// for people travels beside it as text.
@@ -123,9 +123,13 @@ enum State {
 struct File<T> {
     size: u64,
     chunks: u64,
+    /// The chunks this session moves: all (`0..chunks`), or a stripe's.
+    first: u64,
+    end: u64,
     payload: T,
     state: State,
-    /// Chunk hashes of a multi-chunk file, filled as chunks are read (for the `FileEnd`).
+    /// Chunk hashes of a multi-chunk file's chunks `first..end`, filled as chunks are read
+    /// (for the `FileEnd`).
     hashes: Vec<Option<[u8; 32]>>,
     /// Hashes still missing from `hashes`.
     unhashed: u64,
@@ -183,10 +187,19 @@ impl<T> Sender<T> {
 
     /// The walker announced a regular file (ids are given in order, from 0).
     pub fn announce_file(&mut self, id: u64, size: u64, payload: T) {
+        self.announce_stripe(id, size, None, payload);
+    }
+
+    /// The walker sent a file's entry of which only chunks `stripe = first..end` move (a
+    /// stripe, `Entry::stripe`); `None`: all of them. A stripe is of a file of several chunks
+    /// and leaves some out (the driver sends a whole file as a file).
+    pub fn announce_stripe(&mut self, id: u64, size: u64, stripe: Option<(u64, u64)>, payload: T) {
         assert_eq!(id, self.next_id, "entries are announced in id order");
         assert!(self.may_announce(), "the walk ran more than {} files ahead", self.files_ahead);
         let chunks = chunk_count(size, self.chunk_size);
-        let file = File { size, chunks, payload, state: State::Announced, hashes: Vec::new(), unhashed: 0, outstanding: 0, end_sent: false };
+        let (first, end) = stripe.unwrap_or((0, chunks));
+        assert!(first < end && end <= chunks && (stripe.is_none() || chunks > 1), "stripe {first}..{end} of a {chunks}-chunk file");
+        let file = File { size, chunks, first, end, payload, state: State::Announced, hashes: Vec::new(), unhashed: 0, outstanding: 0, end_sent: false };
         self.files.insert(id, file);
         self.next_id += 1;
         self.announced += 1;
@@ -249,14 +262,18 @@ impl<T> Sender<T> {
             return Err(Refused::NotWaiting);
         }
         validate_ranges(ranges, f.chunks).map_err(Refused::BadRanges)?;
+        if ranges.iter().any(|&(start, count)| start < f.first || start + u64::from(count) > f.end) {
+            return Err(Refused::BadRanges(ProtoError::Invalid { what: "want", why: "chunks outside the stripe" }));
+        }
         if f.state == State::Announced {
             self.active += 1;
         }
         f.state = State::Active;
         f.end_sent = false;
+        let count = f.end - f.first;
         if f.chunks > 1 {
-            f.hashes = vec![None; f.chunks as usize];
-            f.unhashed = f.chunks;
+            f.hashes = vec![None; count as usize];
+            f.unhashed = count;
         }
         let mut wanted = ChunkSet::new(f.chunks);
         for &(start, count) in ranges {
@@ -266,11 +283,11 @@ impl<T> Sender<T> {
                 }
             }
         }
-        for c in (0..f.chunks).filter(|&c| !wanted.contains(c)) {
+        for c in (f.first..f.end).filter(|&c| !wanted.contains(c)) {
             self.actions.push_back(Action::Read(read(id, f, c, self.chunk_size, true, false)));
         }
-        f.outstanding += f.chunks;
-        self.outstanding += f.chunks;
+        f.outstanding += count;
+        self.outstanding += count;
         Ok(())
     }
 
@@ -280,7 +297,7 @@ impl<T> Sender<T> {
             return Ok(());
         }
         let f = self.files.get_mut(&id).expect("known");
-        if chunk >= f.chunks {
+        if chunk < f.first || chunk >= f.end {
             return Err(Refused::ChunkOutOfRange);
         }
         if f.state != State::Active {
@@ -296,7 +313,7 @@ impl<T> Sender<T> {
     /// still being sent. `count_in`: this copy adds a read to answer (the first copy's answer
     /// came or will come); false when the first copy will never be answered. True if queued.
     pub fn resend(&mut self, id: u64, chunk: u64, count_in: bool) -> bool {
-        let Some(f) = self.files.get_mut(&id).filter(|f| f.state == State::Active && chunk < f.chunks) else { return false };
+        let Some(f) = self.files.get_mut(&id).filter(|f| f.state == State::Active && (f.first..f.end).contains(&chunk)) else { return false };
         if count_in {
             f.outstanding += 1;
             self.outstanding += 1;
@@ -316,11 +333,11 @@ impl<T> Sender<T> {
     pub fn chunk_sent(&mut self, id: u64, chunk: u64, hash: [u8; 32]) -> bool {
         let Some(f) = self.files.get_mut(&id) else { return false };
         debug_assert_eq!(f.state, State::Active, "file {id}: a read answered that was never queued");
-        debug_assert!(chunk < f.chunks);
-        if f.state != State::Active || chunk >= f.chunks {
+        debug_assert!((f.first..f.end).contains(&chunk));
+        if f.state != State::Active || !(f.first..f.end).contains(&chunk) {
             return false;
         }
-        if f.chunks > 1 && f.hashes[chunk as usize].replace(hash).is_none() {
+        if f.chunks > 1 && f.hashes[(chunk - f.first) as usize].replace(hash).is_none() {
             f.unhashed -= 1;
         }
         debug_assert!(f.outstanding > 0 && self.outstanding > 0, "file {id}: more reads answered than queued");
@@ -329,7 +346,8 @@ impl<T> Sender<T> {
         if f.outstanding == 0 && f.chunks > 1 && !f.end_sent && f.unhashed == 0 {
             f.end_sent = true;
             let hashes: Vec<[u8; 32]> = f.hashes.iter().map(|h| h.expect("every chunk hashed")).collect();
-            self.actions.push_back(Action::FileEnd { id, file_hash: file_hash(f.size, &hashes) });
+            let hash = if f.end - f.first < f.chunks { stripe_hash(f.size, f.first, &hashes) } else { file_hash(f.size, &hashes) };
+            self.actions.push_back(Action::FileEnd { id, file_hash: hash });
         }
         true
     }
@@ -438,7 +456,7 @@ impl<T> Sender<T> {
                     active += 1;
                     outstanding += f.outstanding;
                     if f.chunks > 1 {
-                        assert_eq!(f.hashes.len() as u64, f.chunks);
+                        assert_eq!(f.hashes.len() as u64, f.end - f.first);
                         assert_eq!(f.unhashed, f.hashes.iter().filter(|h| h.is_none()).count() as u64, "file {id}: unhashed count");
                     }
                     assert!(!f.end_sent || f.unhashed == 0, "file {id}: FileEnd sent with chunks unhashed");
@@ -499,6 +517,22 @@ mod tests {
             out.extend(drain(s));
         }
         out
+    }
+
+    #[test]
+    fn a_stripe_reads_only_its_chunks_and_ends_with_the_stripe_hash() {
+        let mut s = Sender::new(CHUNK, 16);
+        s.announce_stripe(0, 6 * C, Some((2, 4)), "f");
+        s.walk_done();
+        assert!(matches!(s.want(0, &[(1, 2)]), Err(Refused::BadRanges(_))), "a chunk of another stripe is refused");
+        s.want(0, &[(3, 1)]).unwrap();
+        let rs = reads(&drain(&mut s));
+        let got: Vec<(u64, bool)> = rs.iter().map(|r| (r.chunk, r.hash_only)).collect();
+        assert_eq!(got, vec![(3, false), (2, true)], "the stripe's held chunk only hashed, nothing outside it read");
+        assert_eq!(s.ask_again(0, 5), Err(Refused::ChunkOutOfRange));
+        let a = answer(&mut s, &rs);
+        assert_eq!(a, vec![Action::FileEnd { id: 0, file_hash: stripe_hash(6 * C, 2, &[h(2), h(3)]) }]);
+        assert_ne!(stripe_hash(6 * C, 2, &[h(2), h(3)]), file_hash(6 * C, &[h(2), h(3)]), "a stripe's hash never passes for a file's");
     }
 
     #[test]

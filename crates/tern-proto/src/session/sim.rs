@@ -371,6 +371,7 @@ impl Session<'_> {
             Action::Abandon { id } => {
                 self.store.parts.remove(&(id as usize));
             }
+            Action::StripeVerified { .. } => unreachable!("the simulation announces no stripes"),
             Action::Done { id, payload, outcome } => {
                 assert_eq!(id as usize, payload);
                 match outcome {
@@ -485,7 +486,7 @@ impl Session<'_> {
                 } else {
                     self.announced.insert(id, version);
                     let mtime = (1_700_000_000 + i64::from(version), 0);
-                    self.machine.announce(FileSpec { id: id as u64, size: self.src.sizes[id], mtime }, id);
+                    self.machine.announce(FileSpec { id: id as u64, size: self.src.sizes[id], mtime, stripe: None }, id);
                 }
             }
             Event::ManifestEnd => self.machine.manifest_end(),
