@@ -171,9 +171,12 @@ struct Sink {
 }
 
 impl Sink {
-    fn claimed_bits(chunks: u64, resumed: &[(u64, [u8; 32])]) -> Box<[AtomicU64]> {
+    /// `stripe`: of a stripe, the chunks it moves (empty: all of them); the others are taken
+    /// from the start, so a chunk of another stripe that a peer sends is never written here.
+    fn claimed_bits(chunks: u64, resumed: &[(u64, [u8; 32])], stripe: std::ops::Range<u64>) -> Box<[AtomicU64]> {
         let bits: Box<[AtomicU64]> = (0..chunks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
-        for &(index, _) in resumed {
+        let outside = (0..chunks).filter(|i| !stripe.is_empty() && !stripe.contains(i));
+        for index in resumed.iter().map(|&(index, _)| index).chain(outside) {
             bits[(index / 64) as usize].fetch_or(1 << (index % 64), Relaxed);
         }
         bits
@@ -986,6 +989,7 @@ fn prepare(ctx: &mut Ctx, id: u64, start_over: bool) -> Result<Vec<(u64, [u8; 32
     let mut journal = None;
     let mut fresh = true;
     let retry = start_over;
+    let mut others: std::ops::Range<u64> = 0..0;
     if let Some((start, end)) = e.stripe {
         // A stripe: the part and journal are shared with the file's other stripes, which may
         // be writing them now from other nodes. Join them (or start them), resume only this
@@ -993,6 +997,7 @@ fn prepare(ctx: &mut Ctx, id: u64, start_over: bool) -> Result<Vec<(u64, [u8; 32
         let header = JournalHeader { size: e.size, mtime_s: e.mtime_s, mtime_ns: e.mtime_ns, chunk_size };
         let want = u64::from(chunk_size).max(1);
         let range = start / want..end.div_ceil(want);
+        others = range.clone();
         let (j, records) = join_shared_part(&*dir, &tmp, &jname, &header).map_err(|err| io("cannot set up the shared partial", &err))?;
         journal = Some(j);
         fresh = false;
@@ -1044,7 +1049,7 @@ fn prepare(ctx: &mut Ctx, id: u64, start_over: bool) -> Result<Vec<(u64, [u8; 32
         file: OnceLock::new(),
         written: OnceLock::new(),
         journal,
-        claimed: Sink::claimed_bits(chunks, &resumed),
+        claimed: Sink::claimed_bits(chunks, &resumed, others),
     });
     ctx.sinks.write().unwrap().insert(id, sink);
     Ok(resumed)

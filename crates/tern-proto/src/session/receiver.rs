@@ -276,7 +276,8 @@ impl<T> Receiver<T> {
     pub fn chunk_stored(&mut self, id: u64, index: u64, hash: [u8; 32], whole: bool) -> Result<(), Refused> {
         let f = self.files.get_mut(&id).ok_or(Refused::UnknownFile)?;
         let Some(a) = f.assembly.as_mut() else { return Ok(()) };
-        if index >= a.chunks() {
+        // Of a stripe, only its own chunks may come: the others are other sessions' to write.
+        if !a.wanted().contains(&index) {
             return Err(Refused::ChunkOutOfRange);
         }
         if a.record(index, hash).expect("index checked above") && f.state == State::Receiving {
@@ -587,6 +588,7 @@ mod tests {
         r.prepared(0, [(0, h(0)), (2, h(2))]);
         let a = drain(&mut r);
         assert!(matches!(&a[..], [Action::Want(w)] if w[0].ranges == vec![(3, 1)]), "{a:?}");
+        assert_eq!(r.chunk_stored(0, 4, h(4), false), Err(Refused::ChunkOutOfRange), "another stripe's chunk");
         r.chunk_stored(0, 3, h(3), false).unwrap();
         r.file_end(0, crate::chunk::stripe_hash(size, 2, &[h(2), h(3)]), size, (1, 2)).unwrap();
         assert!(matches!(drain(&mut r)[..], [Action::StripeVerified { id: 0 }]), "verified, never finalized under its name");
