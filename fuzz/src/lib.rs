@@ -234,6 +234,21 @@ impl Bytes<'_> {
 
 const FUZZ_CHUNK: u32 = 8;
 
+/// A stripe of a `size`-byte file as the drivers pass one on (chunk-aligned, a part of a file of
+/// several chunks), picked by `pick` and `n`; `None` when `pick` is even.
+fn fuzz_stripe(size: u64, pick: u8, n: u64) -> Option<(u64, u64)> {
+    let chunks = size.div_ceil(u64::from(FUZZ_CHUNK)).max(1);
+    if pick & 1 == 0 || chunks < 2 {
+        return None;
+    }
+    let first = u64::from(pick >> 1) % (chunks - 1);
+    let mut end = first + 1 + n % (chunks - first);
+    if first == 0 && end == chunks {
+        end -= 1;
+    }
+    Some((first, end))
+}
+
 /// Both session machines, each driven as its engine driver does (every action answered as the
 /// contract says) and fed arbitrary messages from a hostile peer: ids never announced or long
 /// finished, chunks outside files, wants, resends, ends, errors and goodbyes in any order. A
@@ -251,6 +266,8 @@ pub fn session_machines(data: &[u8]) {
     let (mut next_id, mut announced_r) = (0u64, 0u64);
     let mut reads: Vec<sender::Read> = Vec::new();
     let mut finalizing: Vec<u64> = Vec::new();
+    // Stripes verified: the driver only closes their parts and answers `finalized`.
+    let mut stripes: Vec<u64> = Vec::new();
     let mut steps = 0;
     while !b.0.is_empty() && steps < 4096 {
         steps += 1;
@@ -259,7 +276,7 @@ pub fn session_machines(data: &[u8]) {
         match b.u8() % 24 {
             // The sending side: its walk, its workers' answers, the hostile receiver's messages.
             0 if s.may_announce() => {
-                s.announce_file(next_id, (n % 64) * 5, next_id);
+                s.announce_stripe(next_id, (n % 64) * 5, fuzz_stripe((n % 64) * 5, hash[0], n), next_id);
                 next_id += 1;
             }
             1 => {
@@ -305,7 +322,7 @@ pub fn session_machines(data: &[u8]) {
             12 => s.peer_ended(),
             // The receiving side: the hostile sender's entries, chunks and messages.
             13 => {
-                r.announce(receiver::FileSpec { id: announced_r, size: (n % 64) * 5, mtime: (0, 0) }, announced_r);
+                r.announce(receiver::FileSpec { id: announced_r, size: (n % 64) * 5, mtime: (0, 0), stripe: fuzz_stripe((n % 64) * 5, hash[0], n) }, announced_r);
                 announced_r += 1;
             }
             14 => r.manifest_end(),
@@ -323,6 +340,7 @@ pub fn session_machines(data: &[u8]) {
                 let trouble = [Trouble::WholeFileMismatch, Trouble::NoSpace, Trouble::Other][n as usize % 3];
                 r.finalize_failed(finalizing.remove(id as usize % finalizing.len()), trouble, String::new());
             }
+            22 if !stripes.is_empty() => r.finalized(stripes.remove(id as usize % stripes.len())),
             _ => {}
         }
         while let Some(a) = s.poll_action() {
@@ -343,6 +361,7 @@ pub fn session_machines(data: &[u8]) {
                     _ => r.prepared(id, []),
                 },
                 receiver::Action::Finalize { id, .. } => finalizing.push(id),
+                receiver::Action::StripeVerified { id } => stripes.push(id),
                 receiver::Action::Done { id, payload, .. } => assert_eq!(id, payload),
                 receiver::Action::Stop { .. } => stopped = true,
                 receiver::Action::Want(_) | receiver::Action::AskAgain { .. } | receiver::Action::Abandon { .. } | receiver::Action::Wait(_) | receiver::Action::Throttled { .. } => {}

@@ -241,6 +241,10 @@ fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         [&[1, 1, 0][..], &ops(&[op(7, 0, 0, 15), op(0, 0, 0, 13), op(0, 9, 0, 15), op(0xff, 0, 0, 17), op(0, 0, 0, 16), op(0, 0, 0, 18), op(0, 0, 0, 19)])].concat(),
     );
     add("session_machines", "receive-mismatch-and-no-space", [&[1, 255, 3][..], &ops(&[op(0, 1, 0, 13), op(0, 0, 9, 15), op(0, 0, 0, 21), op(0, 0, 9, 15), op(0, 0, 0, 21)])].concat());
+    // A stripe on each side (an odd hash byte picks one): chunks wanted inside and outside it,
+    // sent, stored, ended, and the stripe's verification answered.
+    let stripes = ops(&[op(0, 12, 3, 0), op(0, 1, 0, 3), op(0, 0, 1, 9), op(0, 0, 2, 9), op(0, 12, 3, 13), op(2, 2, 2, 2), op(0, 0, 5, 15), op(0, 1, 5, 15), op(0, 1, 5, 17), op(0, 0, 0, 22)]);
+    add("session_machines", "stripes", [&[2, 255, 7][..], &stripes].concat());
     add("session_machines", "empty", Vec::new());
     out
 }
