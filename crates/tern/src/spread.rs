@@ -320,7 +320,7 @@ pub(crate) fn pairs_json() -> Option<serde_json::Value> {
             .iter()
             .map(|t| {
                 serde_json::json!({
-                    "source": t.source, "destination": t.name, "units": t.units, "bytes": t.bytes, "seconds": t.seconds,
+                    "source": t.source, "destination": t.name, "units": t.units, "stripes": t.stripes, "bytes": t.bytes, "seconds": t.seconds,
                     "gbps": if t.seconds > 0.0 { t.bytes as f64 * 8.0 / t.seconds / 1e9 } else { 0.0 },
                     "left": t.gave_up,
                 })
@@ -335,6 +335,8 @@ struct PairTally {
     source: String,
     name: String,
     units: u64,
+    /// Of `units`, stripes of a file spread over several pairs.
+    stripes: u64,
     bytes: u64,
     seconds: f64,
     gave_up: Option<String>,
@@ -558,6 +560,7 @@ fn worker(spec: &ClientSpec, source_dir: &str, target: &str, src: Endpoint, dst:
             match r {
                 Ok(_) => {
                     tally.units += 1;
+                    tally.stripes += u64::from(unit.stripe.is_some());
                     shared.busy.fetch_sub(1, Ordering::SeqCst);
                 }
                 Err(e) => {

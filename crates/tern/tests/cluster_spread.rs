@@ -27,6 +27,11 @@ fn source(root: &Path) -> u64 {
     total
 }
 
+/// Stripes moved, over every pair of `--json`'s summary.
+fn stripes(summary: &serde_json::Value) -> u64 {
+    summary["nodes"].as_array().map_or(0, |n| n.iter().map(|p| p["stripes"].as_u64().unwrap_or(0)).sum())
+}
+
 /// Node pairs of `--json`'s summary that moved at least one unit.
 fn pairs_with_units(summary: &serde_json::Value) -> usize {
     summary["nodes"].as_array().map_or(0, |n| n.iter().filter(|p| p["units"].as_u64().unwrap_or(0) > 0).count())
@@ -113,6 +118,7 @@ fn one_large_file_is_striped_over_every_pair_and_published_once() {
     let e = r.stderr();
     assert!(r.ok(), "{e}");
     assert_eq!(pairs_with_units(&r.json), 3, "the one large file moved over every pair: {}", r.json);
+    assert_eq!(stripes(&r.json), 4, "100 MiB in stripes of 28 MiB: {}", r.json);
     assert_same_tree(&src, &root.join("project"));
     assert_no_leftovers(&root);
     assert!(r.u64("bytes") <= total + (1 << 20), "moved {} of {total}: a stripe was sent twice", r.u64("bytes"));
@@ -153,11 +159,14 @@ fn an_ssh_host_list_spreads_the_copy_over_its_hosts() {
     let t = scratch();
     let (src, dst) = (t.path().join("run42"), t.path().join("global"));
     source(&src);
+    // Larger than a unit: striped over both hosts, each receiving its stripes over ssh.
+    write_file(&src.join("big/large.h5"), 78, 48 << 20);
     let target = format!("127.0.0.1,localhost:{}", dst.display());
     let r = tern(&["cp", "-r", "--ssh", &sshd.ssh_cmd(), src.to_str().unwrap(), &target], &[]);
     let e = r.stderr();
     assert!(r.ok(), "{e}");
     assert!(e.contains("spread over 2 node pairs (to 127.0.0.1, localhost)"), "{e}");
+    assert!(stripes(&r.json) >= 2, "the large file went in stripes: {}", r.json);
     assert_same_tree(&src, &dst);
     assert_no_leftovers(&dst);
     // What a host list cannot spread is refused in one line, before anything moves.
@@ -201,6 +210,8 @@ fn a_copy_between_two_clusters_spreads_over_node_pairs_of_both_sites() {
     let (token_a, token_b) = (t.path().join("token-a"), t.path().join("token-b"));
     std::fs::create_dir_all(&root_b).unwrap();
     source(&root_a.join("run42"));
+    // Larger than a unit (32 MiB here): striped over both pairs, third-party.
+    write_file(&root_a.join("run42/big/large.h5"), 77, 48 << 20);
     // The sending nodes may dial the receiving site's data addresses.
     let a = site(&url_a, "site-a", &root_a, &token_a, 2, &["--dial-allow", "127.0.0.1"]);
     let b = site(&url_b, "site-b", &root_b, &token_b, 2, &[]);
@@ -211,6 +222,7 @@ fn a_copy_between_two_clusters_spreads_over_node_pairs_of_both_sites() {
     let sources: std::collections::BTreeSet<String> =
         r.json["nodes"].as_array().unwrap().iter().filter(|p| p["units"].as_u64().unwrap_or(0) > 0).map(|p| p["source"].as_str().unwrap().to_string()).collect();
     assert_eq!(sources.len(), 2, "both source nodes sent: {}", r.json);
+    assert!(stripes(&r.json) >= 2, "the large file went in stripes: {}", r.json);
     assert_same_tree(&root_a.join("run42"), &root_b.join("run42"));
     assert_no_leftovers(&root_b);
 }
