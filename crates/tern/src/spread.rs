@@ -285,7 +285,10 @@ fn cut(files: Vec<Listed>, pairs: u64, total: u64, stripe_chunk: Option<u32>) ->
     let mut cur = Unit::default();
     for (path, len) in files {
         if let Some(cs) = stripe_chunk.map(u64::from).filter(|&cs| cs > 0 && len > size && len > cs) {
-            let n = len.div_ceil(size);
+            // A multiple of the pairs, each about a unit (to the nearest whole round: a 3 GiB
+            // file over 3 pairs is 9 stripes, not 10 of which one pair moves the last alone).
+            let rounds = ((len + size * pairs / 2) / (size * pairs)).max(1);
+            let n = (rounds * pairs).min(len.div_ceil(cs));
             let step = len.div_ceil(n).div_ceil(cs) * cs;
             let mut start = 0;
             while start < len {
@@ -344,6 +347,10 @@ struct PairTally {
 
 struct Shared {
     queue: Mutex<VecDeque<Unit>>,
+    /// Stripes not yet moved, per striped file: when a file's last stripe is in, the file is
+    /// published by a unit of its own at the head of the queue, while other units still move
+    /// (its publish re-reads it at both ends; left to the closing pass it would wait for all).
+    stripes_left: Mutex<std::collections::HashMap<Vec<u8>, usize>>,
     /// Sessions running now: their progress, summed into the display's.
     live: Mutex<Vec<Arc<Progress>>>,
     /// What finished sessions moved.
@@ -378,7 +385,18 @@ pub(crate) fn run(plan: Plan, spec: &ClientSpec, progress: &Arc<Progress>) -> Re
     // race (one finds it made by another).
     let first_dst = with_path(&plan.pairs[0].1, &plan.target);
     tern_engine::client::remote_fs::request(&dest_side(spec), &first_dst, FsOp::Mkdir, FS_PARENTS)?;
-    let shared = Arc::new(Shared { queue: Mutex::new(plan.units.into_iter().collect()), live: Mutex::default(), done: Mutex::default(), tallies: Mutex::default(), busy: Default::default() });
+    let mut stripes_left = std::collections::HashMap::new();
+    for u in plan.units.iter().filter_map(|u| u.stripe.as_ref()) {
+        *stripes_left.entry(u.path.clone()).or_insert(0) += 1;
+    }
+    let shared = Arc::new(Shared {
+        queue: Mutex::new(plan.units.into_iter().collect()),
+        stripes_left: Mutex::new(stripes_left),
+        live: Mutex::default(),
+        done: Mutex::default(),
+        tallies: Mutex::default(),
+        busy: Default::default(),
+    });
     let stop = Arc::new(AtomicBool::new(false));
     {
         let names: Vec<String> = plan.pairs.iter().map(|(_, d)| endpoint_name(d)).collect();
@@ -561,6 +579,15 @@ fn worker(spec: &ClientSpec, source_dir: &str, target: &str, src: Endpoint, dst:
                 Ok(_) => {
                     tally.units += 1;
                     tally.stripes += u64::from(unit.stripe.is_some());
+                    if let Some(st) = &unit.stripe {
+                        let mut left = shared.stripes_left.lock().unwrap();
+                        let n = left.get_mut(&st.path).expect("every stripe is counted");
+                        *n -= 1;
+                        if *n == 0 {
+                            left.remove(&st.path);
+                            shared.queue.lock().unwrap().push_front(Unit { paths: vec![st.path.clone()], ..Unit::default() });
+                        }
+                    }
                     shared.busy.fetch_sub(1, Ordering::SeqCst);
                 }
                 Err(e) => {
@@ -625,5 +652,13 @@ mod tests {
         assert!(ranges.windows(2).all(|w| w[0].1 == w[1].0), "contiguous, no overlap");
         assert!(ranges.iter().all(|&(s, e)| s % CS == 0 && (e % CS == 0 || e == len)), "whole chunks");
         assert!(units.iter().any(|u| u.stripe.is_none() && u.paths == vec![b"small".to_vec()]));
+        // The bed's datasets: every pair gets the same number of stripes.
+        let count = |files: Vec<Listed>, pairs: u64| {
+            let total = files.iter().map(|f| f.1).sum();
+            cut(files, pairs, total, Some(CS as u32)).iter().filter(|u| u.stripe.is_some()).count()
+        };
+        assert_eq!(count(vec![(b"one".to_vec(), 3 << 30)], 3), 9, "3 GiB over 3 pairs: 9 stripes, not 10");
+        assert_eq!(count(vec![(b"one".to_vec(), 3 << 30)], 2), 6);
+        assert_eq!(count((0..4).map(|i| (vec![b'f', i], 1 << 30)).collect(), 3), 12, "4 × 1 GiB over 3 pairs");
     }
 }

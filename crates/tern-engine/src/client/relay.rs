@@ -130,7 +130,10 @@ fn start_attempt(progress: &Progress, streams: u16) {
 /// What the relay knows of each manifest entry, to turn ids into paths and sizes.
 #[derive(Default)]
 struct Book {
+    /// Per file id: path, bytes this session moves (a stripe's, or the whole size), counted.
     files: HashMap<u64, (Vec<u8>, u64, bool)>,
+    /// Files of which this session moves a stripe: they land with a later session.
+    stripes: std::collections::HashSet<u64>,
     summary: Option<Summary>,
 }
 
@@ -192,9 +195,13 @@ fn observe(m: &Control, book: &Mutex<Book>, progress: &Progress, memory: &Mutex<
     match m {
         Control::Entries(entries) => {
             for e in entries.iter().filter(|e| e.kind == EntryKind::File) {
+                let size = e.stripe.map_or(e.size, |(start, end)| end - start);
                 Progress::add(&progress.files_total, 1);
-                Progress::add(&progress.bytes_total, e.size);
-                book.files.insert(e.id, (e.path.clone(), e.size, false));
+                Progress::add(&progress.bytes_total, size);
+                book.files.insert(e.id, (e.path.clone(), size, false));
+                if e.stripe.is_some() {
+                    book.stripes.insert(e.id);
+                }
             }
         }
         Control::Skip(items) => {
@@ -219,12 +226,13 @@ fn observe(m: &Control, book: &Mutex<Book>, progress: &Progress, memory: &Mutex<
         Control::FileDone(ids) => {
             let mut memory = memory.lock().unwrap();
             for id in ids {
+                let stripe = book.stripes.contains(id);
                 if let Some(f) = book.files.get_mut(id) {
                     if !f.2 {
                         f.2 = true;
                         Progress::add(&progress.bytes, f.1);
                     }
-                    if memory.finished.insert(&f.0) {
+                    if !stripe && memory.finished.insert(&f.0) {
                         progress.landed(&f.0, f.1);
                     }
                 }

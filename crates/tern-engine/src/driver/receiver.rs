@@ -1057,21 +1057,40 @@ fn prepare(ctx: &mut Ctx, id: u64, start_over: bool) -> Result<Vec<(u64, [u8; 32
 
 /// Re-hashes what a journal claims, keeping the chunks whose data still matches (after a power
 /// loss it may claim more than reached the disk: docs/journal.md). Returns the bytes kept.
+/// A large claim (a spread file's publish re-reads all of it) is hashed on several threads.
 fn rehash_claimed(part: &File, size: u64, chunk_size: u32, records: impl IntoIterator<Item = (u64, [u8; 32])>, resumed: &mut Vec<(u64, [u8; 32])>) -> u64 {
+    /// Claims of fewer chunks than this are hashed here: a thread costs more than they do.
+    const PER_THREAD: usize = 8;
+    const MAX_THREADS: usize = 8;
     let chunks = chunk_count(size, chunk_size);
-    let mut buf = vec![0u8; chunk_size as usize];
-    let mut reused = 0u64;
     let mut seen = tern_proto::chunk::ChunkSet::new(chunks);
-    for (index, hash) in records {
-        if index >= chunks || seen.contains(index) {
-            continue;
-        }
-        let (off, len) = chunk_range(size, chunk_size, index);
-        if part.read_exact_at(&mut buf[..len as usize], off).is_ok() && chunk_hash(&buf[..len as usize]) == hash {
-            seen.insert(index);
-            resumed.push((index, hash));
-            reused += len as u64;
-        }
+    let claims: Vec<(u64, [u8; 32])> = records.into_iter().filter(|&(index, _)| index < chunks && seen.insert(index)).collect();
+    let check = |share: &[(u64, [u8; 32])]| -> Vec<(u64, [u8; 32], u64)> {
+        let mut buf = vec![0u8; chunk_size as usize];
+        share
+            .iter()
+            .filter_map(|&(index, hash)| {
+                let (off, len) = chunk_range(size, chunk_size, index);
+                let data = &mut buf[..len as usize];
+                (part.read_exact_at(data, off).is_ok() && chunk_hash(data) == hash).then_some((index, hash, u64::from(len)))
+            })
+            .collect()
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_THREADS).min(claims.len() / PER_THREAD).max(1);
+    let kept: Vec<(u64, [u8; 32], u64)> = if threads == 1 {
+        check(&claims)
+    } else {
+        // Threads that cannot start leave their share to this one: hashing never fails for it.
+        let per = claims.len().div_ceil(threads);
+        thread::scope(|s| {
+            let handles: Vec<_> = claims.chunks(per).map(|c| (c, thread::Builder::new().name("tern-rehash".into()).spawn_scoped(s, || check(c)))).collect();
+            handles.into_iter().flat_map(|(c, h)| h.ok().and_then(|h| h.join().ok()).unwrap_or_else(|| check(c))).collect()
+        })
+    };
+    let mut reused = 0;
+    for (index, hash, len) in kept {
+        resumed.push((index, hash));
+        reused += len;
     }
     reused
 }
