@@ -131,12 +131,21 @@ pub(crate) fn parse_url(url: &str, application: &str) -> StoreResult<(postgres::
         config.connect_timeout(Duration::from_secs(10));
     }
     config.application_name(application);
+    // With the port where the URL names one: several servers may share a host.
+    let ports = config.get_ports();
     let hosts: Vec<String> = config
         .get_hosts()
         .iter()
-        .map(|h| match h {
-            postgres::config::Host::Tcp(s) => s.clone(),
-            postgres::config::Host::Unix(p) => p.display().to_string(),
+        .enumerate()
+        .map(|(i, h)| {
+            let host = match h {
+                postgres::config::Host::Tcp(s) => s.clone(),
+                postgres::config::Host::Unix(p) => p.display().to_string(),
+            };
+            match ports.get(i).or(if ports.len() == 1 { ports.first() } else { None }) {
+                Some(p) => format!("{host}:{p}"),
+                None => host,
+            }
         })
         .collect();
     let what = format!("at {} (database {})", if hosts.is_empty() { "localhost".into() } else { hosts.join(",") }, config.get_dbname().unwrap_or("default"));
