@@ -617,6 +617,47 @@ mod tests {
         }
     }
 
+    fn spec(heartbeat_ms: u64) -> NodeSpec {
+        NodeSpec {
+            cluster: "site".into(),
+            node: "dtn01".into(),
+            host: "h".into(),
+            version: "0".into(),
+            roots: vec![],
+            secret: vec![],
+            listen: "127.0.0.1:1".into(),
+            heartbeat: Duration::from_millis(heartbeat_ms),
+        }
+    }
+
+    #[test]
+    fn a_node_fences_two_heartbeats_after_the_last_that_landed_and_only_lifting_unfences_it() {
+        let fence = Fence::new(&spec(40), "at db:5432 (database tern)", Instant::now());
+        let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let t = told.clone();
+        fence.on_change(Box::new(move |on| {
+            t.lock().unwrap().push(on);
+            1
+        }));
+        assert_eq!((fence.limit(), fence.grace()), (Duration::from_millis(80), Duration::from_millis(10)));
+        fence.landed(Instant::now());
+        fence.check();
+        assert!(fence.fenced().is_none());
+        std::thread::sleep(Duration::from_millis(90));
+        // Past the limit it is fenced before the watchdog looks, and the watchdog says it once.
+        assert!(fence.fenced().is_some_and(|w| w.contains("node dtn01 of cluster site is fenced")));
+        fence.check();
+        fence.check();
+        assert_eq!(*told.lock().unwrap(), [true]);
+        // A heartbeat that lands does not un-fence (that takes the registration's checks).
+        fence.landed(Instant::now());
+        assert!(fence.fenced().is_some());
+        fence.lift(Instant::now(), "test");
+        assert!(fence.fenced().is_none());
+        assert_eq!(*told.lock().unwrap(), [true, false]);
+        assert_eq!(Fence::new(&spec(60_000), "", Instant::now()).grace(), Duration::from_secs(2));
+    }
+
     #[test]
     fn digests_separate_their_parts_and_secrets_are_salted_by_cluster() {
         assert_ne!(digest(&[b"ab", b"c"]), digest(&[b"a", b"bc"]));

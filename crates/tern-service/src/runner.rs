@@ -154,11 +154,11 @@ impl Runner {
     }
 
     /// The attempt ends here without an outcome: it goes back to the queue (by `hand_back_all`)
-    /// before this node claims again.
+    /// before this node claims again. No poke: the scheduler's next tick is soon enough, and a
+    /// database that fails each start cannot turn claim and hand-back into a busy loop.
     fn abandon(&self, id: i64) {
         self.lock().remove(&id);
         self.hand_back.lock().unwrap_or_else(|p| p.into_inner()).push(id);
-        self.poke();
     }
 
     /// Re-queues the attempts given up without an outcome; false while that fails.
@@ -356,6 +356,9 @@ impl Runner {
             // Claimed but unreadable now: not left `running` with nobody running it.
             Err(_) => return self.abandon(id),
         }
+        if self.is_fenced(id) {
+            return self.abandon(id);
+        }
         // Claimed after its deadline (it was waiting for a slot): never started.
         if let Some(deadline) = job.spec.deadline_at().filter(|&d| d <= now()) {
             let reason = deadline_reason(deadline, None);
@@ -369,7 +372,11 @@ impl Runner {
         }
         // The owner's token as it is now, and the policy as it holds now.
         let (store, owner) = (self.store.clone(), job.owner.clone());
-        let token = blocking(move || store.list_tokens()).await.ok().and_then(|all| all.into_iter().find(|t| Some(&t.id) == owner.as_ref()));
+        let token = match blocking(move || store.list_tokens()).await {
+            Ok(all) => all.into_iter().find(|t| Some(&t.id) == owner.as_ref()),
+            // The database failing is not the token missing: handed back, not failed.
+            Err(_) => return self.abandon(id),
+        };
         let checked = match &token {
             None => Err(format!("job {id}'s token no longer exists; resubmit it with a live token")),
             Some(t) if t.revoked_at.is_some() => Err(format!("token {} that submitted job {id} was revoked; resubmit it with a live token", t.id)),
