@@ -147,8 +147,11 @@ pub struct Fence {
     state: std::sync::Mutex<FenceState>,
     /// Called with true when the node fences (they return how many transfers they stopped),
     /// with false when it may take work again.
-    listeners: std::sync::Mutex<Vec<Box<dyn Fn(bool) -> usize + Send + Sync>>>,
+    listeners: std::sync::Mutex<Vec<FenceListener>>,
 }
+
+/// Told true when the node fences (returns how many transfers it stopped), false when it lifts.
+pub type FenceListener = Box<dyn Fn(bool) -> usize + Send + Sync>;
 
 struct FenceState {
     /// When the last heartbeat that landed was sent.
@@ -202,7 +205,7 @@ impl Fence {
 
     /// `f(true)` when the node fences (returning how many transfers it stopped), `f(false)` when
     /// it may take work again.
-    pub fn on_change(&self, f: Box<dyn Fn(bool) -> usize + Send + Sync>) {
+    pub fn on_change(&self, f: FenceListener) {
         self.listeners.lock().unwrap_or_else(|p| p.into_inner()).push(f);
     }
 
