@@ -192,6 +192,11 @@ impl Fence {
         (self.heartbeat / 4).min(Duration::from_secs(2))
     }
 
+    /// Since the last heartbeat that landed was sent.
+    fn silent(&self) -> Duration {
+        self.lock().last_ok.elapsed()
+    }
+
     /// Why this node takes no work now; None while its heartbeats land. Also true the instant
     /// the limit passes, before the watchdog has noticed.
     pub fn fenced(&self) -> Option<String> {
@@ -410,8 +415,8 @@ struct Beat {
 
 /// Every `spec.heartbeat`: marks this node alive, and reads the probes of nodes joining after it.
 /// A failed heartbeat drops its connection and is retried on a new one at a tenth of the
-/// interval, so a database restart shorter than about a heartbeat never fences; a lost database
-/// is said once a minute. Once fenced, it revives the registration, or registers again where the
+/// interval (until others may count it silent, then once an interval), so a database restart
+/// shorter than about a heartbeat never fences; a lost database is said once a minute. Once fenced, it revives the registration, or registers again where the
 /// others counted it silent or another process took it over.
 fn heartbeat(c: Client, b: &Beat, stop: &AtomicBool, nodes: &std::sync::Mutex<Vec<String>>) {
     let (cluster, node, spec) = (b.spec.cluster.as_str(), b.spec.node.as_str(), &b.spec);
@@ -463,7 +468,9 @@ fn heartbeat(c: Client, b: &Beat, stop: &AtomicBool, nodes: &std::sync::Mutex<Ve
                 }
                 // A connection that failed once is not trusted again: it may be half dead.
                 conn = None;
-                if b.fence.fenced().is_some() { spec.heartbeat } else { retry }
+                // Quickly while its registration may still be live (a fenced node back by then
+                // keeps its jobs' queue places and needs no join), then once a heartbeat.
+                if b.fence.silent() < spec.heartbeat * SILENT_BEATS as u32 { retry } else { spec.heartbeat }
             }
         };
         let until = Instant::now() + wait;

@@ -1692,24 +1692,24 @@ impl Drop for Forwarder {
 /// that landed; the others re-queue its job after 3 (4.5 s).
 const FENCE_BEAT_MS: u64 = 1500;
 
-/// Node dtn-a (through a forwarder the test cuts) runs a ~12 s job; dtn-b (straight to
+/// Node dtn-a (through a forwarder the test cuts) runs a job of 24 MiB at `bwlimit`; dtn-b (straight to
 /// PostgreSQL) joins. Returns the forwarder, the nodes, the admin token, the job and its trees.
-fn fencing_cluster(pg: &pg::Postgres, t: &Path) -> (Forwarder, Service, Service, String, u64, PathBuf, PathBuf) {
+fn fencing_cluster(pg: &pg::Postgres, t: &Path, beat_ms: u64, bwlimit: &str) -> (Forwarder, Service, Service, String, u64, PathBuf, PathBuf) {
     let url = pg.create_db("tern");
     let fwd = Forwarder::start(pg.port);
     let shared = t.join("site");
-    let a = cluster_node_beating(&t.join("a"), &shared, &fwd.url("tern"), "dtn-a", FENCE_BEAT_MS);
+    let a = cluster_node_beating(&t.join("a"), &shared, &fwd.url("tern"), "dtn-a", beat_ms);
     let admin = a.admin();
     let (src, dst) = (shared.join("src"), shared.join("dst"));
     write_file(&src.join("big"), 17, 24 << 20);
     // Submitted while dtn-a is the only node: it runs the job.
-    let id = submit(&a, &admin, &[src.to_str().unwrap(), dst.to_str().unwrap(), "--bwlimit", "2M"]);
+    let id = submit(&a, &admin, &[src.to_str().unwrap(), dst.to_str().unwrap(), "--bwlimit", bwlimit]);
     let deadline = Instant::now() + Duration::from_secs(30);
     while job(&a.client(&admin), id)["state"] != "running" || children_of(a.child.id()).is_empty() {
         assert!(Instant::now() < deadline, "the job never started on dtn-a");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let b = cluster_node_beating(&t.join("b"), &shared, &url, "dtn-b", FENCE_BEAT_MS);
+    let b = cluster_node_beating(&t.join("b"), &shared, &url, "dtn-b", beat_ms);
     assert_eq!(run_node(pg, id), "dtn-a");
     (fwd, a, b, admin, id, src, dst)
 }
@@ -1732,7 +1732,7 @@ fn cluster_node_cut_from_the_database_fences_itself_before_another_takes_its_job
     let Some(pg) = pg::Postgres::start() else { return };
     let t = scratch();
     let started = Instant::now();
-    let (fwd, a, b, admin, id, src, dst) = fencing_cluster(&pg, t.path());
+    let (fwd, a, b, admin, id, src, dst) = fencing_cluster(&pg, t.path(), FENCE_BEAT_MS, "2M");
     std::thread::sleep(Duration::from_millis(500));
     let cut = Instant::now();
     fwd.cut();
@@ -1792,7 +1792,7 @@ fn cluster_node_cut_from_the_database_fences_itself_before_another_takes_its_job
 fn cluster_node_a_short_database_cut_does_not_fence_and_its_job_runs_once() {
     let Some(pg) = pg::Postgres::start() else { return };
     let t = scratch();
-    let (fwd, a, b, admin, id, src, dst) = fencing_cluster(&pg, t.path());
+    let (fwd, a, b, admin, id, src, dst) = fencing_cluster(&pg, t.path(), FENCE_BEAT_MS, "2M");
     let child = children_of(a.child.id());
     assert_eq!(child.len(), 1, "{child:?}");
     fwd.cut();
@@ -1818,5 +1818,63 @@ fn cluster_node_a_short_database_cut_does_not_fence_and_its_job_runs_once() {
     assert!(log.contains("node dtn-a cannot reach the database"), "the cut reached the heartbeat: {log}");
     assert!(!log.contains("is fenced"), "{log}");
     assert_eq!((run_node(&pg, id), claims(&pg, id)), ("dtn-a".to_string(), "1".to_string()), "one attempt, on dtn-a");
+    assert_same_tree(&src, &dst);
+}
+
+/// A node cut for longer than its fence interval but back before the others count it silent
+/// (3 heartbeats): it fenced (its transfer stopped), and back on its still-live registration it
+/// re-queues its own attempt and runs the job again itself; the other node never runs it.
+#[test]
+fn cluster_node_back_before_the_others_count_it_silent_re_queues_its_own_job() {
+    let Some(pg) = pg::Postgres::start() else { return };
+    let t = scratch();
+    // Fence at 6 s, re-queue by the others at 9 s: the cut ends at 7 s.
+    let beat_ms = 3000;
+    let (fwd, a, b, admin, id, src, dst) = fencing_cluster(&pg, t.path(), beat_ms, "1M");
+    // Cut right after one of dtn-a's heartbeats landed, so the 7 s fall between 6 and 9.
+    let beat_at = || {
+        let o = pg.psql("tern").args(["-A", "-t", "-c", "SELECT heartbeat_at FROM cluster_nodes WHERE node = 'dtn-a'"]).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    let (first, deadline) = (beat_at(), Instant::now() + Duration::from_secs(10));
+    while beat_at() == first {
+        assert!(Instant::now() < deadline, "dtn-a does not heartbeat");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let child = children_of(a.child.id());
+    assert_eq!(child.len(), 1, "job {id} runs on dtn-a at the cut: {child:?}");
+    let cut = Instant::now();
+    fwd.cut();
+    let (mut restored, mut stopped, mut again, mut polled) = (false, None::<Duration>, None::<Duration>, Instant::now());
+    loop {
+        let (on_a, on_b) = (children_of(a.child.id()), children_of(b.child.id()));
+        let at = cut.elapsed();
+        assert!(on_b.is_empty(), "dtn-b runs job {id} at {at:?}: {on_b:?}");
+        if on_a.is_empty() && stopped.is_none() {
+            stopped = Some(at);
+        }
+        if !on_a.is_empty() && on_a != child && again.is_none() {
+            again = Some(at);
+        }
+        if !restored && at >= Duration::from_millis(7 * beat_ms / 3) {
+            fwd.restore();
+            restored = true;
+        }
+        if restored && polled.elapsed() > Duration::from_millis(250) {
+            polled = Instant::now();
+            if job(&a.client(&admin), id)["state"] == "succeeded" {
+                break;
+            }
+        }
+        assert!(at < Duration::from_secs(50), "job {id} did not finish: {}", job(&a.client(&admin), id));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    println!("after the cut: dtn-a's transfer stopped at {stopped:?}, ran again at {again:?}, job done at {:?}", cut.elapsed());
+    let (stopped, again) = (stopped.expect("dtn-a fenced its transfer"), again.expect("dtn-a ran the job again"));
+    assert!(stopped < Duration::from_millis(7 * beat_ms / 3) && again > stopped, "stopped {stopped:?}, again {again:?}");
+    let log = log_of(&a);
+    assert!(log.contains("node dtn-a of cluster site-a is fenced") && log.contains("its registration is still live"), "{log}");
+    assert!(log.contains("re-queued 1 of this node's job attempt(s)") && !log.contains("registered again"), "{log}");
+    assert_eq!((run_node(&pg, id), claims(&pg, id)), ("dtn-a".to_string(), "2".to_string()), "claimed twice, both times by dtn-a");
     assert_same_tree(&src, &dst);
 }
