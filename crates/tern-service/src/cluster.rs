@@ -5,11 +5,12 @@
 //! after it, and leaves on a clean stop; `status` and `drain` serve `tern cluster`.
 //!
 //! Work units and leases are the next step (docs/cluster.md "Build order"); today a cluster is
-//! its registry.
+//! its registry, and its nodes share the job table (`runner.rs`). A node whose heartbeats stop
+//! landing fences itself (`Fence`) before the others may re-queue its jobs.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -21,6 +22,9 @@ use crate::store::StoreError;
 
 /// A node silent for this many heartbeats is shown unreachable and no longer counts as live.
 const SILENT_BEATS: i64 = 3;
+/// A node fences itself this many heartbeats after the last one that landed was sent: a whole
+/// heartbeat before the others may count it silent (docs/cluster.md "Jobs on a cluster").
+const FENCE_BEATS: u32 = 2;
 /// Probe files a joining node writes under the first root; its name follows.
 const PROBE_PREFIX: &str = ".tern.cluster-probe.";
 
@@ -117,10 +121,149 @@ pub struct Member {
     nodes: Arc<std::sync::Mutex<Vec<String>>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
+    watchdog: Option<JoinHandle<()>>,
     url: String,
     cluster: String,
     node: String,
-    incarnation: i64,
+    /// Changes when the node registers again after others counted it silent.
+    incarnation: Arc<AtomicI64>,
+    fence: Arc<Fence>,
+}
+
+/// Self-fencing: whether this node may run jobs, from when its last heartbeat that landed was
+/// sent, on this node's monotonic clock.
+///
+/// The others count a node silent `SILENT_BEATS` heartbeats after its last `heartbeat_at`, which
+/// the database stamps after the node sent that heartbeat; the node fences `FENCE_BEATS` after
+/// the send, so network and database latency, and any offset between the clocks, only move its
+/// fence earlier. What remains (one heartbeat) holds the grace between SIGTERM and SIGKILL
+/// (a quarter heartbeat, at most 2 s) and the watchdog's lateness.
+pub struct Fence {
+    cluster: String,
+    node: String,
+    /// The database, for the fencing line: host and database, never the password.
+    what: String,
+    heartbeat: Duration,
+    state: std::sync::Mutex<FenceState>,
+    /// Called with true when the node fences (they return how many transfers they stopped),
+    /// with false when it may take work again.
+    listeners: std::sync::Mutex<Vec<FenceListener>>,
+}
+
+/// Told true when the node fences (returns how many transfers it stopped), false when it lifts.
+pub type FenceListener = Box<dyn Fn(bool) -> usize + Send + Sync>;
+
+struct FenceState {
+    /// When the last heartbeat that landed was sent.
+    last_ok: Instant,
+    /// Why, while fenced.
+    fenced: Option<String>,
+}
+
+impl std::fmt::Debug for Fence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fence").field("cluster", &self.cluster).field("node", &self.node).field("fenced", &self.fenced()).finish()
+    }
+}
+
+impl Fence {
+    fn new(spec: &NodeSpec, what: &str, last_ok: Instant) -> Self {
+        Self {
+            cluster: spec.cluster.clone(),
+            node: spec.node.clone(),
+            what: what.to_string(),
+            heartbeat: spec.heartbeat,
+            state: std::sync::Mutex::new(FenceState { last_ok, fenced: None }),
+            listeners: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, FenceState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How long after the last heartbeat that landed the node fences.
+    pub fn limit(&self) -> Duration {
+        self.heartbeat * FENCE_BEATS
+    }
+
+    /// Between SIGTERM and SIGKILL of a fenced node's transfers.
+    pub fn grace(&self) -> Duration {
+        (self.heartbeat / 4).min(Duration::from_secs(2))
+    }
+
+    /// Since the last heartbeat that landed was sent.
+    fn silent(&self) -> Duration {
+        self.lock().last_ok.elapsed()
+    }
+
+    /// Why this node takes no work now; None while its heartbeats land. Also true the instant
+    /// the limit passes, before the watchdog has noticed.
+    pub fn fenced(&self) -> Option<String> {
+        let st = self.lock();
+        if let Some(why) = &st.fenced {
+            return Some(why.clone());
+        }
+        let silent = st.last_ok.elapsed();
+        (silent >= self.limit()).then(|| format!("node {} of cluster {} is fenced: no heartbeat has reached the cluster database for {:.1} s", self.node, self.cluster, silent.as_secs_f64()))
+    }
+
+    /// `f(true)` when the node fences (returning how many transfers it stopped), `f(false)` when
+    /// it may take work again.
+    pub fn on_change(&self, f: FenceListener) {
+        self.listeners.lock().unwrap_or_else(|p| p.into_inner()).push(f);
+    }
+
+    fn tell(&self, fenced: bool) -> usize {
+        self.listeners.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|f| f(fenced)).sum()
+    }
+
+    /// A heartbeat sent at `sent` landed. Does not un-fence: that takes `revive`'s checks.
+    fn landed(&self, sent: Instant) {
+        let mut st = self.lock();
+        if st.fenced.is_none() && sent > st.last_ok {
+            st.last_ok = sent;
+        }
+    }
+
+    /// Fences now if not yet: says why in one line and stops the node's transfers.
+    fn trip(&self, cause: &str) {
+        let why = {
+            let mut st = self.lock();
+            if st.fenced.is_some() {
+                return;
+            }
+            let why = format!("node {} of cluster {} is fenced: {cause}", self.node, self.cluster);
+            st.fenced = Some(why.clone());
+            why
+        };
+        let stopped = self.tell(true);
+        tracing::error!(
+            "{why}; the cluster database {} has not answered it, so it claims no jobs and stopped its {stopped} running transfer(s) (the other nodes re-queue them after {SILENT_BEATS} heartbeats; they resume from their journals); check this node's network path to PostgreSQL and the server; it takes work again by itself once heartbeats land",
+            self.what
+        );
+    }
+
+    /// The watchdog's check: fences once the limit has passed since the last heartbeat landed.
+    fn check(&self) {
+        let silent = self.lock().last_ok.elapsed();
+        if silent >= self.limit() {
+            self.trip(&format!("no heartbeat has reached the cluster database for {:.1} s ({FENCE_BEATS} heartbeats of {} ms)", silent.as_secs_f64(), self.heartbeat.as_millis()));
+        }
+    }
+
+    /// Heartbeats land again (sent at `sent`), on a registration the node holds: it takes work.
+    fn lift(&self, sent: Instant, how: &str) {
+        let was = {
+            let mut st = self.lock();
+            st.last_ok = sent;
+            st.fenced.take()
+        };
+        if was.is_some() {
+            tracing::warn!("cluster {}: node {} reaches the cluster database {} again and {how}; it takes work again", self.cluster, self.node, self.what);
+            self.tell(false);
+        }
+    }
 }
 
 /// Joins `spec.cluster` in the database at `url`. Refused, with one line naming the node and the
@@ -132,7 +275,38 @@ pub fn join(url: &str, spec: NodeSpec) -> Result<Member, String> {
     check_name("--node-name", &spec.node)?;
     let first_root = spec.roots.first().ok_or("a cluster node needs a --root")?.clone();
     let (mut c, what) = connect(url)?;
-    let db = |e: postgres::Error| db_err(&what, e);
+    let (incarnation, registered) = register(&mut c, &what, &spec, &first_root)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let nodes = Arc::new(std::sync::Mutex::new(vec![spec.listen.clone()]));
+    let fence = Arc::new(Fence::new(&spec, &what, registered));
+    let incarnation = Arc::new(AtomicI64::new(incarnation));
+    let thread = {
+        let beat = Beat { url: url.to_string(), spec: spec.clone(), root: first_root, incarnation: incarnation.clone(), fence: fence.clone() };
+        let (stop, nodes) = (stop.clone(), nodes.clone());
+        std::thread::Builder::new().name("cluster-heartbeat".into()).spawn(move || heartbeat(c, &beat, &stop, &nodes)).map_err(|e| format!("cannot start the heartbeat thread: {e}"))?
+    };
+    // Apart from the heartbeats: a heartbeat blocked on a dead connection must not delay the fence.
+    let watchdog = {
+        let (stop, fence) = (stop.clone(), fence.clone());
+        let every = (spec.heartbeat / 20).clamp(Duration::from_millis(5), Duration::from_millis(50));
+        std::thread::Builder::new()
+            .name("cluster-fence".into())
+            .spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    fence.check();
+                    std::thread::sleep(every);
+                }
+            })
+            .map_err(|e| format!("cannot start the fencing thread: {e}"))?
+    };
+    Ok(Member { nodes, stop, thread: Some(thread), watchdog: Some(watchdog), url: url.to_string(), cluster: spec.cluster, node: spec.node, incarnation, fence })
+}
+
+/// Registers this node (at join, and again after the others counted it silent): the join's
+/// checks, the row, the probe. Its incarnation, and when the statement that last stamped its
+/// `heartbeat_at` was sent (where its fence starts).
+fn register(c: &mut Client, what: &str, spec: &NodeSpec, first_root: &Path) -> Result<(i64, Instant), String> {
+    let db = |e: postgres::Error| db_err(what, e);
     let (cluster, node) = (spec.cluster.as_str(), spec.node.as_str());
     let roots = roots_digest(&spec.roots);
     let secret = digest(&[b"tern cluster secret v1", cluster.as_bytes(), &spec.secret]);
@@ -141,6 +315,7 @@ pub fn join(url: &str, spec: NodeSpec) -> Result<Member, String> {
     let token = hex(&random_bytes::<16>());
     let probe_name = format!("{PROBE_PREFIX}{node}.{}", &token[..8]);
     let probe_path = first_root.join(&probe_name);
+    let mut stamped = Instant::now();
     let mut tx = c.transaction().map_err(db)?;
     tx.execute("SELECT pg_advisory_xact_lock(hashtext('tern cluster ' || $1))", &[&cluster]).map_err(db)?;
     let live = tx
@@ -187,27 +362,18 @@ pub fn join(url: &str, spec: NodeSpec) -> Result<Member, String> {
     .map_err(db)?;
     tx.commit().map_err(db)?;
     if members > 0 {
-        let verdict = await_probe(&mut c, &spec, incarnation, &db);
+        let verdict = await_probe(c, spec, incarnation, &db, &mut stamped);
         let _ = std::fs::remove_file(&probe_path);
         if let Err(e) = verdict {
             let _ = c.execute("UPDATE cluster_nodes SET state = 'left' WHERE cluster = $1 AND node = $2 AND incarnation = $3", &[&cluster, &node, &incarnation]);
             return Err(e);
         }
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let nodes = Arc::new(std::sync::Mutex::new(vec![spec.listen.clone()]));
-    let thread = {
-        let (stop, url, spec, root, nodes) = (stop.clone(), url.to_string(), spec.clone(), first_root, nodes.clone());
-        std::thread::Builder::new()
-            .name("cluster-heartbeat".into())
-            .spawn(move || heartbeat(c, &url, &spec, incarnation, &root, &stop, &nodes))
-            .map_err(|e| format!("cannot start the heartbeat thread: {e}"))?
-    };
-    Ok(Member { nodes, stop, thread: Some(thread), url: url.to_string(), cluster: spec.cluster, node: spec.node, incarnation })
+    Ok((incarnation, stamped))
 }
 
 /// Waits for a live node to read this node's probe: its verdict, or a refusal when none comes.
-fn await_probe(c: &mut Client, spec: &NodeSpec, incarnation: i64, db: &dyn Fn(postgres::Error) -> String) -> Result<(), String> {
+fn await_probe(c: &mut Client, spec: &NodeSpec, incarnation: i64, db: &dyn Fn(postgres::Error) -> String, stamped: &mut Instant) -> Result<(), String> {
     let (cluster, node) = (spec.cluster.as_str(), spec.node.as_str());
     // Live nodes look at joiners once per heartbeat of theirs; theirs may be longer than ours.
     let longest: i64 = c.query_one("SELECT COALESCE(MAX(heartbeat_ms), 0) FROM cluster_nodes WHERE cluster = $1 AND state IN ('active', 'draining')", &[&cluster]).map_err(db)?.get(0);
@@ -218,7 +384,9 @@ fn await_probe(c: &mut Client, spec: &NodeSpec, incarnation: i64, db: &dyn Fn(po
             c.query_one("SELECT probe_verdict FROM cluster_nodes WHERE cluster = $1 AND node = $2 AND incarnation = $3", &[&cluster, &node, &incarnation]).map_err(db)?.get(0);
         match verdict.as_deref() {
             Some(v) if v.starts_with("ok ") => {
-                c.execute("UPDATE cluster_nodes SET state = 'active' WHERE cluster = $1 AND node = $2 AND incarnation = $3", &[&cluster, &node, &incarnation]).map_err(db)?;
+                // Its heartbeat too: the probe's wait may have been longer than it is silent for.
+                *stamped = Instant::now();
+                c.execute("UPDATE cluster_nodes SET state = 'active', heartbeat_at = now() WHERE cluster = $1 AND node = $2 AND incarnation = $3", &[&cluster, &node, &incarnation]).map_err(db)?;
                 return Ok(());
             }
             Some(v) => {
@@ -236,41 +404,103 @@ fn await_probe(c: &mut Client, spec: &NodeSpec, incarnation: i64, db: &dyn Fn(po
     }
 }
 
+/// What the heartbeat thread needs.
+struct Beat {
+    url: String,
+    spec: NodeSpec,
+    root: PathBuf,
+    incarnation: Arc<AtomicI64>,
+    fence: Arc<Fence>,
+}
+
 /// Every `spec.heartbeat`: marks this node alive, and reads the probes of nodes joining after it.
-/// A lost database is retried (said once a minute); a registration another process took over
-/// ends the loop.
-fn heartbeat(mut c: Client, url: &str, spec: &NodeSpec, incarnation: i64, root: &Path, stop: &AtomicBool, nodes: &std::sync::Mutex<Vec<String>>) {
-    let (cluster, node) = (spec.cluster.as_str(), spec.node.as_str());
+/// A failed heartbeat drops its connection and is retried on a new one at a tenth of the
+/// interval (until others may count it silent, then once an interval), so a database restart
+/// shorter than about a heartbeat never fences; a lost database is said once a minute. Once fenced, it revives the registration, or registers again where the
+/// others counted it silent or another process took it over.
+fn heartbeat(c: Client, b: &Beat, stop: &AtomicBool, nodes: &std::sync::Mutex<Vec<String>>) {
+    let (cluster, node, spec) = (b.spec.cluster.as_str(), b.spec.node.as_str(), &b.spec);
+    let mut conn = Some(c);
     let mut said = None::<Instant>;
+    let retry = (spec.heartbeat / 10).max(Duration::from_millis(50));
     while !stop.load(Ordering::SeqCst) {
-        match beat_once(&mut c, cluster, node, incarnation, root) {
-            Ok(true) => {
-                said = None;
-                if let Ok(live) = working_nodes(&mut c, cluster) {
-                    *nodes.lock().unwrap() = live;
+        let sent = Instant::now();
+        let outcome = match conn.as_mut() {
+            Some(c) => Ok(c),
+            None => beat_connect(&b.url, spec.heartbeat).map(|c| conn.insert(c)),
+        }
+        .and_then(|c| {
+            let db = |e: postgres::Error| db_err(&b.fence.what, e);
+            let incarnation = b.incarnation.load(Ordering::SeqCst);
+            if b.fence.fenced().is_none() {
+                match beat_once(c, cluster, node, incarnation, &b.root).map_err(db)? {
+                    true => {
+                        b.fence.landed(sent);
+                        if let Ok(live) = working_nodes(c, cluster) {
+                            *nodes.lock().unwrap() = live;
+                        }
+                    }
+                    false => b.fence.trip("its registration was taken over by another process (or marked left)"),
                 }
+                return Ok(());
             }
-            Ok(false) => {
-                tracing::warn!("cluster {cluster}: node {node}'s registration was taken over by another process; this one stops heartbeating");
-                return;
+            // Fenced: take work again only on a registration that nobody counted silent (then
+            // nobody re-queued its jobs), else register again with the join's checks.
+            b.fence.trip("its heartbeats stopped landing");
+            if revive(c, cluster, node, incarnation).map_err(db)? {
+                b.fence.lift(sent, "its registration is still live");
+            } else {
+                let (fresh, stamped) = register(c, &b.fence.what, spec, &b.root)?;
+                b.incarnation.store(fresh, Ordering::SeqCst);
+                b.fence.lift(stamped, "registered again (the other nodes had counted it silent)");
+            }
+            Ok(())
+        });
+        let wait = match outcome {
+            Ok(()) => {
+                said = None;
+                spec.heartbeat
             }
             Err(e) => {
                 if said.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
-                    tracing::warn!("cluster {cluster}: node {node} cannot reach the database ({e}); retrying every heartbeat");
+                    tracing::warn!("cluster {cluster}: node {node} cannot reach the database or rejoin ({e}); retrying");
                     said = Some(Instant::now());
                 }
-                if c.is_closed()
-                    && let Ok((fresh, _)) = connect(url)
-                {
-                    c = fresh;
-                }
+                // A connection that failed once is not trusted again: it may be half dead.
+                conn = None;
+                // Quickly while its registration may still be live (a fenced node back by then
+                // keeps its jobs' queue places and needs no join), then once a heartbeat.
+                if b.fence.silent() < spec.heartbeat * SILENT_BEATS as u32 { retry } else { spec.heartbeat }
             }
-        }
-        let until = Instant::now() + spec.heartbeat;
+        };
+        let until = Instant::now() + wait;
         while !stop.load(Ordering::SeqCst) && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(50).min(spec.heartbeat));
+            std::thread::sleep(Duration::from_millis(50).min(wait));
         }
     }
+}
+
+/// The heartbeat's connection: a dead peer is noticed by TCP keepalives within a few
+/// heartbeats even while a statement waits (the fence does not wait for it; recovery does).
+fn beat_connect(url: &str, heartbeat: Duration) -> Result<Client, String> {
+    let (mut config, what) = parse_url(url, "tern-cluster").map_err(store_err)?;
+    let probe = heartbeat.max(Duration::from_secs(1));
+    config.keepalives(true).keepalives_idle(probe).keepalives_interval(probe).keepalives_retries(2);
+    let mut c = config.connect(NoTls).map_err(|e| db_err(&what, e))?;
+    c.batch_execute("SET lock_timeout = '5s'; SET statement_timeout = '30s'").map_err(|e| db_err(&what, e))?;
+    crate::pg::migrate(&mut c).map_err(|e| db_err(&what, e))?.map_err(store_err)?;
+    Ok(c)
+}
+
+/// A fenced node's heartbeat: lands only while its registration is its own and live (younger
+/// than `SILENT_BEATS` heartbeats), i.e. while no other node may yet have re-queued its jobs.
+fn revive(c: &mut Client, cluster: &str, node: &str, incarnation: i64) -> Result<bool, postgres::Error> {
+    let n = c.execute(
+        "UPDATE cluster_nodes SET heartbeat_at = now() WHERE cluster = $1 AND node = $2 AND incarnation = $3 AND state <> 'left'
+           AND now() - heartbeat_at < (heartbeat_ms * $4)::float8 * interval '1 millisecond'",
+        &[&cluster, &node, &incarnation, &SILENT_BEATS],
+    )?;
+    Ok(n == 1)
 }
 
 /// One heartbeat; false if this registration is no longer ours.
@@ -326,14 +556,20 @@ impl Member {
         move || (name.clone(), nodes.lock().unwrap().clone())
     }
 
+    /// Whether this node may run jobs (the runner asks, `/healthz` says).
+    pub fn fence(&self) -> Arc<Fence> {
+        self.fence.clone()
+    }
+
     /// Leaves the cluster: heartbeats stop and the node shows `left`.
     pub fn leave(mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
+        for t in [self.thread.take(), self.watchdog.take()].into_iter().flatten() {
             let _ = t.join();
         }
         if let Ok((mut c, _)) = connect(&self.url) {
-            let _ = c.execute("UPDATE cluster_nodes SET state = 'left' WHERE cluster = $1 AND node = $2 AND incarnation = $3", &[&self.cluster, &self.node, &self.incarnation]);
+            let incarnation = self.incarnation.load(Ordering::SeqCst);
+            let _ = c.execute("UPDATE cluster_nodes SET state = 'left' WHERE cluster = $1 AND node = $2 AND incarnation = $3", &[&self.cluster, &self.node, &incarnation]);
         }
     }
 }
@@ -389,6 +625,47 @@ mod tests {
         for good in ["dtn01", "site-b.dtn_2", "A9"] {
             assert!(check_name("--node-name", good).is_ok(), "{good}");
         }
+    }
+
+    fn spec(heartbeat_ms: u64) -> NodeSpec {
+        NodeSpec {
+            cluster: "site".into(),
+            node: "dtn01".into(),
+            host: "h".into(),
+            version: "0".into(),
+            roots: vec![],
+            secret: vec![],
+            listen: "127.0.0.1:1".into(),
+            heartbeat: Duration::from_millis(heartbeat_ms),
+        }
+    }
+
+    #[test]
+    fn a_node_fences_two_heartbeats_after_the_last_that_landed_and_only_lifting_unfences_it() {
+        let fence = Fence::new(&spec(40), "at db:5432 (database tern)", Instant::now());
+        let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let t = told.clone();
+        fence.on_change(Box::new(move |on| {
+            t.lock().unwrap().push(on);
+            1
+        }));
+        assert_eq!((fence.limit(), fence.grace()), (Duration::from_millis(80), Duration::from_millis(10)));
+        fence.landed(Instant::now());
+        fence.check();
+        assert!(fence.fenced().is_none());
+        std::thread::sleep(Duration::from_millis(90));
+        // Past the limit it is fenced before the watchdog looks, and the watchdog says it once.
+        assert!(fence.fenced().is_some_and(|w| w.contains("node dtn01 of cluster site is fenced")));
+        fence.check();
+        fence.check();
+        assert_eq!(*told.lock().unwrap(), [true]);
+        // A heartbeat that lands does not un-fence (that takes the registration's checks).
+        fence.landed(Instant::now());
+        assert!(fence.fenced().is_some());
+        fence.lift(Instant::now(), "test");
+        assert!(fence.fenced().is_none());
+        assert_eq!(*told.lock().unwrap(), [true, false]);
+        assert_eq!(Fence::new(&spec(60_000), "", Instant::now()).grace(), Duration::from_secs(2));
     }
 
     #[test]

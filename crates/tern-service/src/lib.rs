@@ -52,6 +52,8 @@ pub struct ServiceConfig {
     pub metrics_anonymous: bool,
     /// `(cluster, node)` when `tern serve --cluster` made this service a node.
     pub cluster_node: Option<(String, String)>,
+    /// That node's self-fencing: while fenced its runner claims and runs nothing.
+    pub fence: Option<Arc<cluster::Fence>>,
 }
 
 /// What `start` reports once the API is listening.
@@ -132,6 +134,9 @@ pub fn start(cfg: ServiceConfig) -> Result<Started, String> {
                 let od = on_done.clone();
                 let policy = cfg.runner.policy.clone();
                 let runner = Runner::new(store.clone(), cfg.runner.clone(), Box::new(move |j| od(j)));
+                if let Some(f) = cfg.fence.clone() {
+                    runner.follow_fence(f);
+                }
                 tokio::spawn(runner.clone().run());
                 // Notifications that were pending when the service last stopped.
                 for j in pending {

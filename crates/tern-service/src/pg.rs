@@ -94,6 +94,12 @@ impl PgStore {
         Ok(store)
     }
 
+    /// A cluster node's name: the attempts it may write to are those that name it, so a fenced
+    /// node's late write never lands on an attempt the cluster re-queued or another node runs.
+    fn me(&self) -> Option<String> {
+        self.node.as_ref().map(|n| n.1.clone())
+    }
+
     fn connect(&self) -> StoreResult<Client> {
         let mut c = self.config.connect(NoTls).map_err(|e| pg_err(&self.what, e))?;
         // A table locked by someone else fails the statement after 5 s (503 to the client)
@@ -125,12 +131,21 @@ pub(crate) fn parse_url(url: &str, application: &str) -> StoreResult<(postgres::
         config.connect_timeout(Duration::from_secs(10));
     }
     config.application_name(application);
+    // With the port where the URL names one: several servers may share a host.
+    let ports = config.get_ports();
     let hosts: Vec<String> = config
         .get_hosts()
         .iter()
-        .map(|h| match h {
-            postgres::config::Host::Tcp(s) => s.clone(),
-            postgres::config::Host::Unix(p) => p.display().to_string(),
+        .enumerate()
+        .map(|(i, h)| {
+            let host = match h {
+                postgres::config::Host::Tcp(s) => s.clone(),
+                postgres::config::Host::Unix(p) => p.display().to_string(),
+            };
+            match ports.get(i).or(if ports.len() == 1 { ports.first() } else { None }) {
+                Some(p) => format!("{host}:{p}"),
+                None => host,
+            }
         })
         .collect();
     let what = format!("at {} (database {})", if hosts.is_empty() { "localhost".into() } else { hosts.join(",") }, config.get_dbname().unwrap_or("default"));
@@ -282,36 +297,36 @@ impl JobStore for PgStore {
     }
 
     fn save_progress(&self, id: i64, progress: &Value, now: i64) -> StoreResult<()> {
-        let p = progress.to_string();
-        self.with(|c| c.execute("UPDATE jobs SET progress = $1, updated_at = $2 WHERE id = $3 AND state = 'running'", &[&p, &now, &id]))?;
+        let (p, me) = (progress.to_string(), self.me());
+        self.with(|c| c.execute("UPDATE jobs SET progress = $1, updated_at = $2 WHERE id = $3 AND state = 'running' AND ($4::text IS NULL OR run_node = $4)", &[&p, &now, &id, &me]))?;
         Ok(())
     }
 
     fn finish_attempt(&self, id: i64, to: JobState, summary: Option<&Value>, error: Option<&str>, not_before: i64, now: i64) -> StoreResult<bool> {
         let fin = if to.is_terminal() { Some(now) } else { None };
         let retry = (to == JobState::Retrying) as i64;
-        let summary = summary.map(|s| s.to_string());
+        let (summary, me) = (summary.map(|s| s.to_string()), self.me());
         let n = self.with(|c| {
             c.execute(
                 "UPDATE jobs SET state = $1, summary = COALESCE($2, summary), error = $3, not_before = $4, updated_at = $5,
                         finished_at = $6, retries = retries + $7
-                 WHERE id = $8 AND state = 'running'",
-                &[&to.as_str(), &summary, &error, &not_before, &now, &fin, &retry, &id],
+                 WHERE id = $8 AND state = 'running' AND ($9::text IS NULL OR run_node = $9)",
+                &[&to.as_str(), &summary, &error, &not_before, &now, &fin, &retry, &id, &me],
             )
         })?;
         Ok(n == 1)
     }
 
     fn fail_job(&self, id: i64, from: &[JobState], error: &str, progress: Option<&Value>, now: i64) -> StoreResult<bool> {
-        let progress = progress.map(|p| p.to_string());
+        let (progress, me) = (progress.map(|p| p.to_string()), self.me());
         let n = self.with(|c| {
             c.execute(
                 &format!(
                     "UPDATE jobs SET state = 'failed', error = $1, progress = COALESCE($2, progress), updated_at = $3, finished_at = $3
-                     WHERE id = $4 AND state IN ({})",
+                     WHERE id = $4 AND state IN ({}) AND (state <> 'running' OR $5::text IS NULL OR run_node = $5)",
                     states_sql(from)
                 ),
-                &[&error, &progress, &now, &id],
+                &[&error, &progress, &now, &id, &me],
             )
         })?;
         Ok(n == 1)
@@ -350,6 +365,17 @@ impl JobStore for PgStore {
                 "UPDATE jobs SET state = 'queued', attempts = GREATEST(attempts - 1, 0), updated_at = $1
                  WHERE state = 'running' AND ($2::text IS NULL OR run_node = $2 OR run_node IS NULL)",
                 &[&now, &me],
+            )
+        })
+    }
+
+    fn hand_back(&self, ids: &[i64], now: i64) -> StoreResult<u64> {
+        let me = self.me();
+        self.with(|c| {
+            c.execute(
+                "UPDATE jobs SET state = 'queued', attempts = GREATEST(attempts - 1, 0), updated_at = $1
+                 WHERE state = 'running' AND run_node IS NOT DISTINCT FROM $2 AND id = ANY($3)",
+                &[&now, &me, &ids],
             )
         })
     }

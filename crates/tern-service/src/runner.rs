@@ -42,6 +42,8 @@ const TICK: Duration = Duration::from_millis(500);
 struct Running {
     pid: Option<u32>,
     cancel: bool,
+    /// Stopped because this cluster node fenced itself: its outcome is not this node's to write.
+    fenced: bool,
     progress: Option<Value>,
     /// `options.deadline` as unix seconds.
     deadline: Option<i64>,
@@ -68,6 +70,11 @@ pub struct Runner {
     changes: watch::Sender<u64>,
     /// Called with each job that reached a terminal state (webhooks).
     on_done: Box<dyn Fn(Job) + Send + Sync>,
+    /// A cluster node's self-fencing: while set, it claims nothing and runs nothing.
+    fence: std::sync::OnceLock<Arc<crate::cluster::Fence>>,
+    /// Attempts this node claimed and gave up without an outcome (fenced, or the database
+    /// failed before the start): back to the queue before it claims again.
+    hand_back: Mutex<Vec<i64>>,
 }
 
 /// What one attempt produced.
@@ -79,7 +86,101 @@ struct Attempt {
 
 impl Runner {
     pub fn new(store: Arc<dyn JobStore>, cfg: RunnerConfig, on_done: Box<dyn Fn(Job) + Send + Sync>) -> Arc<Self> {
-        Arc::new(Self { store, cfg, wake: Notify::new(), running: Mutex::new(HashMap::new()), changes: watch::channel(0).0, on_done })
+        Arc::new(Self {
+            store,
+            cfg,
+            wake: Notify::new(),
+            running: Mutex::new(HashMap::new()),
+            changes: watch::channel(0).0,
+            on_done,
+            fence: std::sync::OnceLock::new(),
+            hand_back: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Makes this runner follow a cluster node's fence: fencing stops every transfer (SIGTERM,
+    /// SIGKILL after the fence's grace) without writing outcomes; lifting wakes the scheduler.
+    pub fn follow_fence(self: &Arc<Self>, fence: Arc<crate::cluster::Fence>) {
+        let me = Arc::downgrade(self);
+        let grace = fence.grace();
+        fence.on_change(Box::new(move |fenced| match me.upgrade() {
+            Some(r) if fenced => r.stop_all(grace),
+            Some(r) => {
+                r.poke();
+                0
+            }
+            None => 0,
+        }));
+        let _ = self.fence.set(fence);
+    }
+
+    /// Why this node runs no jobs now (a fenced cluster node), if so.
+    pub fn fenced(&self) -> Option<String> {
+        self.fence.get().and_then(|f| f.fenced())
+    }
+
+    /// Fencing: every attempt is marked (its supervisor then writes no outcome and hands it
+    /// back) and its child group gets SIGTERM, then SIGKILL after `grace` if it is still there.
+    fn stop_all(self: &Arc<Self>, grace: Duration) -> usize {
+        let pids: Vec<(i64, u32)> = {
+            let mut map = self.lock();
+            map.iter_mut()
+                .filter_map(|(id, r)| {
+                    r.fenced = true;
+                    r.cancel = true;
+                    r.pid.map(|p| (*id, p))
+                })
+                .collect()
+        };
+        for (_, pid) in &pids {
+            signal_group(*pid, libc::SIGTERM);
+        }
+        if !pids.is_empty() {
+            let me = self.clone();
+            let stragglers = pids.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(grace);
+                let map = me.lock();
+                // Only a child still running under the same pid: never a group the pid now names.
+                for (id, pid) in stragglers {
+                    if map.get(&id).and_then(|r| r.pid) == Some(pid) {
+                        kill_group(pid);
+                    }
+                }
+            });
+        }
+        self.poke();
+        pids.len()
+    }
+
+    /// The attempt ends here without an outcome: it goes back to the queue (by `hand_back_all`)
+    /// before this node claims again. No poke: the scheduler's next tick is soon enough, and a
+    /// database that fails each start cannot turn claim and hand-back into a busy loop.
+    fn abandon(&self, id: i64) {
+        self.lock().remove(&id);
+        self.hand_back.lock().unwrap_or_else(|p| p.into_inner()).push(id);
+    }
+
+    /// Re-queues the attempts given up without an outcome; false while that fails.
+    async fn hand_back_all(&self) -> bool {
+        let ids: Vec<i64> = self.hand_back.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if ids.is_empty() {
+            return true;
+        }
+        let (store, list) = (self.store.clone(), ids.clone());
+        match blocking(move || store.hand_back(&list, now())).await {
+            Ok(n) => {
+                self.hand_back.lock().unwrap_or_else(|p| p.into_inner()).retain(|id| !ids.contains(id));
+                if n > 0 {
+                    tracing::warn!("re-queued {n} of this node's job attempt(s) stopped without an outcome; they resume from their journals");
+                }
+                true
+            }
+            Err(e) => {
+                tracing::debug!("handing back attempts: {e}");
+                false
+            }
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Running>> {
@@ -147,6 +248,12 @@ impl Runner {
     pub async fn run(self: Arc<Self>) {
         let mut deadlines_checked = Instant::now().checked_sub(DEADLINE_EVERY).unwrap_or_else(Instant::now);
         loop {
+            // Fenced, or transfers stopped by a fence still ending, or attempts to hand back
+            // first: nothing is claimed (an attempt is never run twice at once, here or there).
+            if self.fenced().is_some() || self.lock().values().any(|r| r.fenced) || !self.hand_back_all().await {
+                let _ = tokio::time::timeout(TICK, self.wake.notified()).await;
+                continue;
+            }
             if deadlines_checked.elapsed() >= DEADLINE_EVERY {
                 deadlines_checked = Instant::now();
                 self.enforce_deadlines().await;
@@ -156,7 +263,13 @@ impl Runner {
                 let store = self.store.clone();
                 match blocking(move || store.claim_next(now())).await {
                     Ok(Some(job)) => {
-                        self.lock().insert(job.id, Running { pid: None, cancel: false, progress: None, deadline: job.spec.deadline_at() });
+                        {
+                            let mut map = self.lock();
+                            // Fenced while the claim was in flight: handed back unstarted
+                            // (under the lock `stop_all` takes, so neither misses the other).
+                            let fenced = self.fenced().is_some();
+                            map.insert(job.id, Running { pid: None, cancel: fenced, fenced, progress: None, deadline: job.spec.deadline_at() });
+                        }
                         self.changes.send_modify(|v| *v = v.wrapping_add(1));
                         tokio::spawn(self.clone().supervise(job));
                     }
@@ -233,10 +346,18 @@ impl Runner {
         // A cancel that landed between the claim and our entry in `running` found nothing to
         // kill: look again now that `kill` can see us (it sets `cancel` from here on).
         let (store, id) = (self.store.clone(), job.id);
-        if !matches!(blocking(move || store.get_job(id)).await, Ok(Some(j)) if j.state == JobState::Running) {
-            self.lock().remove(&id);
-            self.poke();
-            return;
+        match blocking(move || store.get_job(id)).await {
+            Ok(Some(j)) if j.state == JobState::Running => {}
+            Ok(_) => {
+                self.lock().remove(&id);
+                self.poke();
+                return;
+            }
+            // Claimed but unreadable now: not left `running` with nobody running it.
+            Err(_) => return self.abandon(id),
+        }
+        if self.is_fenced(id) {
+            return self.abandon(id);
         }
         // Claimed after its deadline (it was waiting for a slot): never started.
         if let Some(deadline) = job.spec.deadline_at().filter(|&d| d <= now()) {
@@ -251,7 +372,11 @@ impl Runner {
         }
         // The owner's token as it is now, and the policy as it holds now.
         let (store, owner) = (self.store.clone(), job.owner.clone());
-        let token = blocking(move || store.list_tokens()).await.ok().and_then(|all| all.into_iter().find(|t| Some(&t.id) == owner.as_ref()));
+        let token = match blocking(move || store.list_tokens()).await {
+            Ok(all) => all.into_iter().find(|t| Some(&t.id) == owner.as_ref()),
+            // The database failing is not the token missing: handed back, not failed.
+            Err(_) => return self.abandon(id),
+        };
         let checked = match &token {
             None => Err(format!("job {id}'s token no longer exists; resubmit it with a live token")),
             Some(t) if t.revoked_at.is_some() => Err(format!("token {} that submitted job {id} was revoked; resubmit it with a live token", t.id)),
@@ -270,11 +395,20 @@ impl Runner {
                 return;
             }
         };
+        if self.is_fenced(id) {
+            return self.abandon(id);
+        }
         let as_user = account.as_ref().map(|a| format!(" as user {}", a.name)).unwrap_or_default();
         // The operator's access log (shown by default, like the daemon's session lines).
         tracing::info!(target: "tern::access", "job {id} start: {who}{as_user}, attempt {}: {} -> {}", job.attempts, job.spec.src, job.spec.dst);
         let started = Instant::now();
         let attempt = self.attempt(&job, account, fences).await;
+        if self.is_fenced(id) {
+            // Its outcome is not ours to write: the other nodes re-queue it, or we do once the
+            // fence lifts.
+            tracing::warn!(target: "tern::access", "job {id} stopped: this cluster node is fenced; attempt {} is left to the cluster to re-queue", job.attempts);
+            return self.abandon(id);
+        }
         let (state, error, not_before) = self.classify(&job, &attempt);
         let f = |k: &str| attempt.summary.as_ref().and_then(|s| s.get(k)).and_then(Value::as_u64).unwrap_or(0);
         tracing::info!(
@@ -292,13 +426,22 @@ impl Runner {
         let (id, summary) = (job.id, attempt.summary.clone());
         let err = error.clone();
         let store = self.store.clone();
-        let result = persist(&format!("job {id}: recording the outcome"), move || store.finish_attempt(id, state, summary.as_ref(), err.as_deref(), not_before, now())).await;
+        let fenced = || self.is_fenced(id);
+        let result = persist_unless(&format!("job {id}: recording the outcome"), &fenced, move || store.finish_attempt(id, state, summary.as_ref(), err.as_deref(), not_before, now())).await;
         match result {
             Ok(true) => tracing::info!("job {id}: attempt {} ended {}{}", job.attempts, state.as_str(), error.map(|e| format!(": {e}")).unwrap_or_default()),
             Ok(false) => tracing::info!("job {id}: attempt ended after the job was canceled"),
+            Err(_) if self.is_fenced(id) => {
+                tracing::warn!("job {id}: this cluster node fenced itself before the outcome landed; the attempt is left to the cluster to re-queue");
+                return self.abandon(id);
+            }
             Err(e) => tracing::error!("job {id}: cannot record the outcome: {e}"),
         }
         self.release(id).await;
+    }
+
+    fn is_fenced(&self, id: i64) -> bool {
+        self.lock().get(&id).is_some_and(|r| r.fenced)
     }
 
     /// Frees the job's run slot and notifies with whatever the database now says (a cancel may
@@ -481,9 +624,13 @@ async fn tail_lines(r: impl AsyncRead + Unpin) -> Vec<String> {
 }
 
 fn kill_group(pid: u32) {
+    signal_group(pid, libc::SIGKILL);
+}
+
+fn signal_group(pid: u32, sig: i32) {
     // SAFETY: plain syscall; a stale pid group at worst gets ESRCH.
     unsafe {
-        libc::kill(-(pid as i32), libc::SIGKILL);
+        libc::kill(-(pid as i32), sig);
     }
 }
 
@@ -491,12 +638,18 @@ fn kill_group(pid: u32) {
 /// locked, full or unreachable, with backoff up to 10 s, until it lands. The job keeps its
 /// running slot meanwhile, and a restart would re-queue it, so nothing is dropped either way.
 async fn persist<T: Send + 'static>(what: &str, f: impl Fn() -> Result<T, StoreError> + Send + Sync + 'static) -> Result<T, StoreError> {
+    persist_unless(what, &|| false, f).await
+}
+
+/// `persist`, giving up (with the last error) once `stop` holds: a fenced node's outcome must
+/// not land after the cluster re-queued the attempt.
+async fn persist_unless<T: Send + 'static>(what: &str, stop: &(dyn Fn() -> bool + Sync), f: impl Fn() -> Result<T, StoreError> + Send + Sync + 'static) -> Result<T, StoreError> {
     let f = Arc::new(f);
     let mut delay = Duration::from_millis(250);
     loop {
         let g = f.clone();
         match blocking(move || g()).await {
-            Err(e) if e.is_transient() => {
+            Err(e) if e.is_transient() && !stop() => {
                 tracing::warn!("{what}: {e}; trying again in {delay:?}");
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(10));

@@ -93,6 +93,16 @@ pub trait JobStore: Send + Sync + 'static {
     fn requeue(&self, id: i64, now: i64) -> StoreResult<bool>;
     /// At start-up: attempts that were running when the service died go back to the queue.
     fn recover_interrupted(&self, now: i64) -> StoreResult<u64>;
+    /// Attempts of `ids` that this service claimed and gave up without an outcome (a fenced
+    /// cluster node's) go back to the queue, uncounted; those another node re-queued or claimed
+    /// meanwhile are left alone.
+    fn hand_back(&self, ids: &[i64], now: i64) -> StoreResult<u64> {
+        let mut n = 0;
+        for &id in ids {
+            n += u64::from(self.transition(id, &[JobState::Running], JobState::Queued, now)?);
+        }
+        Ok(n)
+    }
     /// Whether other nodes' services share this job table (a cluster node's PostgreSQL).
     fn shared_with_other_nodes(&self) -> bool {
         false

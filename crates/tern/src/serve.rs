@@ -30,6 +30,7 @@ pub(crate) fn serve(a: ServeArgs) -> Result<ExitCode> {
     let dirs: Vec<PathBuf> = roots.iter().map(|(_, d)| d.clone()).collect();
     // Before the listening line: a refused node says one line and serves nothing.
     let member = crate::service_cli::join_cluster(&a.service, &dirs, &secret, &advertised(listener.local_addr()?))?;
+    let fence = member.as_ref().map(|m| m.fence());
     if let Some(member) = member {
         tern_engine::server::cluster::set_view(Box::new(member.view()));
         // A clean stop leaves the cluster at once; kill -9 shows as unreachable after 3 heartbeats.
@@ -47,7 +48,7 @@ pub(crate) fn serve(a: ServeArgs) -> Result<ExitCode> {
         });
     }
     eprintln!("tern serve: listening on {} for {}", listener.local_addr()?, roots.iter().map(|(n, d)| format!("/{n} = {}", d.display())).collect::<Vec<_>>().join(", "));
-    crate::service_cli::start(&a.service, &dirs)?;
+    crate::service_cli::start(&a.service, &dirs, fence)?;
     if !(a.auth_timeout > 0.0 && a.auth_timeout <= 3600.0) {
         bail!("--auth-timeout {}: give seconds between 0 and 3600", a.auth_timeout);
     }

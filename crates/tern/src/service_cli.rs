@@ -74,7 +74,8 @@ pub(crate) struct ServeService {
     /// This node's name in the cluster [default: the host name].
     #[arg(long, value_name = "NAME", requires = "cluster")]
     node_name: Option<String>,
-    /// Milliseconds between a cluster node's heartbeats (3 missed: unreachable).
+    /// Milliseconds between a cluster node's heartbeats (2 missed: it fences itself; 3 missed:
+    /// unreachable, and the others re-queue its jobs).
     #[arg(long, default_value = "5000", hide = true)]
     cluster_heartbeat_ms: u64,
 }
@@ -115,7 +116,8 @@ fn node_name(a: &ServeService) -> String {
 
 /// Starts the service thread if `--http-listen` was given; otherwise does nothing at all.
 /// `daemon_roots`: the daemon's `--root` directories, the default job roots.
-pub(crate) fn start(a: &ServeService, daemon_roots: &[PathBuf]) -> Result<()> {
+/// `fence`: a cluster node's self-fencing, which its runner follows.
+pub(crate) fn start(a: &ServeService, daemon_roots: &[PathBuf], fence: Option<std::sync::Arc<tern_service::cluster::Fence>>) -> Result<()> {
     let Some(listen) = &a.http_listen else { return Ok(()) };
     let state_dir = a.state_dir.clone().unwrap_or_else(tern_service::default_state_dir);
     std::fs::create_dir_all(&state_dir).with_context(|| format!("cannot create state directory {}", state_dir.display()))?;
@@ -139,6 +141,7 @@ pub(crate) fn start(a: &ServeService, daemon_roots: &[PathBuf]) -> Result<()> {
         tls_key: a.tls_key.clone(),
         metrics_anonymous: a.metrics_anonymous,
         cluster_node: a.cluster.clone().map(|c| (c, node_name(a))),
+        fence,
     })
     .map_err(|e| anyhow!(e))?;
     eprintln!("tern serve: service API on https://{} (state in {}, certificate {})", started.addr, state_dir.display(), state_dir.join("tls/cert.pem").display());

@@ -83,7 +83,7 @@ impl Service {
         self.child = cmd.spawn().unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(("127.0.0.1", self.http)).is_err() || std::net::TcpStream::connect(("127.0.0.1", self.data_port)).is_err() {
-            assert!(self.child.try_wait().unwrap().is_none(), "tern serve exited at start");
+            assert!(self.child.try_wait().unwrap().is_none(), "tern serve exited at start: {}", std::fs::read_to_string(self.state.with_file_name("service.log")).unwrap_or_default());
             assert!(Instant::now() < deadline, "service did not start");
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -1540,8 +1540,13 @@ fn service_path_test_regression_notifies_once_when_the_link_is_throttled() {
 /// A service that is a node of cluster `site-a` on `url`: its own state directory under `base`,
 /// the cluster's shared root and daemon token.
 fn cluster_node(base: &Path, shared: &Path, url: &str, name: &str) -> Service {
-    let b = shared.to_str().unwrap();
-    let extra = ["--job-root", b, "--allow-host", "127.0.0.1", "--allow-root-transfers", "--db", url, "--cluster", "site-a", "--node-name", name, "--cluster-heartbeat-ms", "300"];
+    cluster_node_beating(base, shared, url, name, 300)
+}
+
+/// `cluster_node` with heartbeats every `beat_ms`.
+fn cluster_node_beating(base: &Path, shared: &Path, url: &str, name: &str, beat_ms: u64) -> Service {
+    let (b, beat) = (shared.to_str().unwrap(), beat_ms.to_string());
+    let extra = ["--job-root", b, "--allow-host", "127.0.0.1", "--allow-root-transfers", "--db", url, "--cluster", "site-a", "--node-name", name, "--cluster-heartbeat-ms", &beat];
     let mut s = Service::unspawned(base, &shared.join("root"), &shared.join("daemon.token"), &[], &extra);
     s.spawn();
     s
@@ -1607,4 +1612,269 @@ fn cluster_nodes_share_jobs_take_over_a_dead_nodes_attempt_and_cancel_across_nod
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(job(&nodes[holder].client(&admin), id2)["state"], "canceled");
+}
+
+/// A TCP forwarder between one node and PostgreSQL that the test can cut: while cut, every
+/// connection through it is shut down and new ones are closed as soon as they are accepted (to
+/// the node, the database has gone away). Its threads end when it is dropped.
+struct Forwarder {
+    port: u16,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    conns: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Forwarder {
+    fn start(to: u16) -> Self {
+        use std::sync::atomic::Ordering::SeqCst;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let conns = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let thread = {
+            let (cut, stop, conns) = (cut.clone(), stop.clone(), conns.clone());
+            std::thread::spawn(move || {
+                while !stop.load(SeqCst) {
+                    let Ok((down, _)) = listener.accept() else {
+                        std::thread::sleep(Duration::from_millis(5));
+                        continue;
+                    };
+                    if cut.load(SeqCst) {
+                        let _ = down.shutdown(std::net::Shutdown::Both);
+                        continue;
+                    }
+                    down.set_nonblocking(false).unwrap();
+                    let Ok(up) = std::net::TcpStream::connect(("127.0.0.1", to)) else { continue };
+                    conns.lock().unwrap().extend([down.try_clone().unwrap(), up.try_clone().unwrap()]);
+                    for (mut from, mut into) in [(down.try_clone().unwrap(), up.try_clone().unwrap()), (up, down)] {
+                        std::thread::spawn(move || {
+                            let _ = std::io::copy(&mut from, &mut into);
+                            let _ = from.shutdown(std::net::Shutdown::Both);
+                            let _ = into.shutdown(std::net::Shutdown::Both);
+                        });
+                    }
+                }
+            })
+        };
+        Forwarder { port, cut, stop, conns, thread: Some(thread) }
+    }
+
+    fn url(&self, db: &str) -> String {
+        format!("postgres://tern@127.0.0.1:{}/{db}", self.port)
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        for c in self.conns.lock().unwrap().drain(..) {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    fn restore(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.cut();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Heartbeats of the fencing tests: a node fences 2 of them (3 s) after its last heartbeat
+/// that landed; the others re-queue its job after 3 (4.5 s).
+const FENCE_BEAT_MS: u64 = 1500;
+
+/// Node dtn-a (through a forwarder the test cuts) runs a job of 24 MiB at `bwlimit`; dtn-b (straight to
+/// PostgreSQL) joins. Returns the forwarder, the nodes, the admin token, the job and its trees.
+fn fencing_cluster(pg: &pg::Postgres, t: &Path, beat_ms: u64, bwlimit: &str) -> (Forwarder, Service, Service, String, u64, PathBuf, PathBuf) {
+    let url = pg.create_db("tern");
+    let fwd = Forwarder::start(pg.port);
+    let shared = t.join("site");
+    let a = cluster_node_beating(&t.join("a"), &shared, &fwd.url("tern"), "dtn-a", beat_ms);
+    let admin = a.admin();
+    let (src, dst) = (shared.join("src"), shared.join("dst"));
+    write_file(&src.join("big"), 17, 24 << 20);
+    // Submitted while dtn-a is the only node: it runs the job.
+    let id = submit(&a, &admin, &[src.to_str().unwrap(), dst.to_str().unwrap(), "--bwlimit", bwlimit]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while job(&a.client(&admin), id)["state"] != "running" || children_of(a.child.id()).is_empty() {
+        assert!(Instant::now() < deadline, "the job never started on dtn-a");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let b = cluster_node_beating(&t.join("b"), &shared, &url, "dtn-b", beat_ms);
+    assert_eq!(run_node(pg, id), "dtn-a");
+    (fwd, a, b, admin, id, src, dst)
+}
+
+fn log_of(s: &Service) -> String {
+    std::fs::read_to_string(s.state.with_file_name("service.log")).unwrap_or_default()
+}
+
+/// How many times job `id` was claimed, by any node (`claim_seq` counts claims in the table).
+fn claims(pg: &pg::Postgres, id: u64) -> String {
+    let o = pg.psql("tern").args(["-A", "-t", "-c", &format!("SELECT claim_seq FROM jobs WHERE id = {id}")]).output().unwrap();
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// A node cut from PostgreSQL fences itself: within the fence interval its transfer is gone and
+/// its log says why, before the other node re-queues the job and finishes it (never both at
+/// once); its /healthz answers 503 meanwhile. Back on the database, it registers again.
+#[test]
+fn cluster_node_cut_from_the_database_fences_itself_before_another_takes_its_job() {
+    let Some(pg) = pg::Postgres::start() else { return };
+    let t = scratch();
+    let started = Instant::now();
+    let (fwd, a, b, admin, id, src, dst) = fencing_cluster(&pg, t.path(), FENCE_BEAT_MS, "2M");
+    std::thread::sleep(Duration::from_millis(500));
+    let cut = Instant::now();
+    fwd.cut();
+    let (mut a_gone, mut b_first, mut polled) = (None::<Duration>, None::<Duration>, Instant::now());
+    let mut a_health = None;
+    loop {
+        let (on_a, on_b) = (children_of(a.child.id()), children_of(b.child.id()));
+        let at = cut.elapsed();
+        assert!(on_a.is_empty() || on_b.is_empty(), "both nodes run job {id} at {at:?} after the cut: dtn-a {on_a:?}, dtn-b {on_b:?}");
+        if on_a.is_empty() && a_gone.is_none() {
+            a_gone = Some(at);
+            // Fenced: a load balancer sees it.
+            a_health = Some(a.client(&admin).call("GET", "/healthz", None));
+        }
+        assert!(on_a.is_empty() || a_gone.is_none(), "dtn-a started a transfer again while cut from the database");
+        if !on_b.is_empty() && b_first.is_none() {
+            b_first = Some(at);
+        }
+        if polled.elapsed() > Duration::from_millis(250) {
+            polled = Instant::now();
+            if job(&b.client(&admin), id)["state"] == "succeeded" {
+                break;
+            }
+        }
+        assert!(at < Duration::from_secs(45), "job {id} did not finish on dtn-b: {}", job(&b.client(&admin), id));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (a_gone, b_first) = (a_gone.expect("dtn-a's transfer ended"), b_first.expect("dtn-b ran the job"));
+    println!("after the cut: dtn-a's transfer gone at {a_gone:?}, dtn-b's started at {b_first:?}, job done at {:?} ({:?} in all)", cut.elapsed(), started.elapsed());
+    let limit = Duration::from_millis(2 * FENCE_BEAT_MS);
+    assert!(a_gone <= limit + Duration::from_millis(1500), "dtn-a stopped its transfer {a_gone:?} after the cut (fence interval {limit:?})");
+    assert!(a_gone < b_first, "dtn-a's attempt ended before dtn-b's began");
+    let e = a_health.unwrap().expect_err("a fenced node's /healthz fails");
+    assert!(e.status == 503 && e.message.contains("node dtn-a of cluster site-a is fenced"), "{e}");
+    let log = log_of(&a);
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("is fenced:")).collect();
+    assert_eq!(lines.len(), 1, "one fencing line: {log}");
+    assert!(lines[0].contains("node dtn-a of cluster site-a") && lines[0].contains(&format!("127.0.0.1:{}", fwd.port)) && lines[0].contains("check this node's network path"), "{}", lines[0]);
+    assert!(!log.contains(&format!("job {id}: attempt")), "dtn-a wrote no outcome: {log}");
+    assert_eq!(run_node(&pg, id), "dtn-b");
+    assert_eq!(claims(&pg, id), "2", "claimed by dtn-a, then once by dtn-b");
+    assert_same_tree(&src, &dst);
+    // Back on the database: the others counted it silent, so it registers again and serves.
+    fwd.restore();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while a.client(&admin).call("GET", "/healthz", None).is_err() {
+        assert!(Instant::now() < deadline, "dtn-a did not come back: {}", log_of(&a));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    println!("dtn-a serves again {:?} after the cut", cut.elapsed());
+    assert!(log_of(&a).contains("registered again"), "{}", log_of(&a));
+}
+
+/// A cut shorter than the fence interval leaves the running job alone: the same transfer
+/// process runs it to the end, claimed once, and nothing is fenced.
+#[test]
+fn cluster_node_a_short_database_cut_does_not_fence_and_its_job_runs_once() {
+    let Some(pg) = pg::Postgres::start() else { return };
+    let t = scratch();
+    let (fwd, a, b, admin, id, src, dst) = fencing_cluster(&pg, t.path(), FENCE_BEAT_MS, "2M");
+    let child = children_of(a.child.id());
+    assert_eq!(child.len(), 1, "{child:?}");
+    fwd.cut();
+    std::thread::sleep(Duration::from_millis(300));
+    fwd.restore();
+    let started = Instant::now();
+    let mut polled = Instant::now();
+    loop {
+        let (on_a, on_b) = (children_of(a.child.id()), children_of(b.child.id()));
+        assert!(on_b.is_empty(), "dtn-b runs job {id} too: {on_b:?}");
+        assert!(on_a.is_empty() || on_a == child, "dtn-a's transfer was restarted: {on_a:?}, was {child:?}");
+        if polled.elapsed() > Duration::from_millis(250) {
+            polled = Instant::now();
+            if job(&a.client(&admin), id)["state"] == "succeeded" {
+                break;
+            }
+        }
+        assert!(started.elapsed() < Duration::from_secs(45), "job {id} did not finish: {}", job(&a.client(&admin), id));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    println!("job done {:?} after the cut ended", started.elapsed());
+    let log = log_of(&a);
+    assert!(log.contains("node dtn-a cannot reach the database"), "the cut reached the heartbeat: {log}");
+    assert!(!log.contains("is fenced"), "{log}");
+    assert_eq!((run_node(&pg, id), claims(&pg, id)), ("dtn-a".to_string(), "1".to_string()), "one attempt, on dtn-a");
+    assert_same_tree(&src, &dst);
+}
+
+/// A node cut for longer than its fence interval but back before the others count it silent
+/// (3 heartbeats): it fenced (its transfer stopped), and back on its still-live registration it
+/// re-queues its own attempt and runs the job again itself; the other node never runs it.
+#[test]
+fn cluster_node_back_before_the_others_count_it_silent_re_queues_its_own_job() {
+    let Some(pg) = pg::Postgres::start() else { return };
+    let t = scratch();
+    // Fence at 6 s, re-queue by the others at 9 s: the cut ends at 7 s.
+    let beat_ms = 3000;
+    let (fwd, a, b, admin, id, src, dst) = fencing_cluster(&pg, t.path(), beat_ms, "1M");
+    // Cut right after one of dtn-a's heartbeats landed, so the 7 s fall between 6 and 9.
+    let beat_at = || {
+        let o = pg.psql("tern").args(["-A", "-t", "-c", "SELECT heartbeat_at FROM cluster_nodes WHERE node = 'dtn-a'"]).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    let (first, deadline) = (beat_at(), Instant::now() + Duration::from_secs(10));
+    while beat_at() == first {
+        assert!(Instant::now() < deadline, "dtn-a does not heartbeat");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let child = children_of(a.child.id());
+    assert_eq!(child.len(), 1, "job {id} runs on dtn-a at the cut: {child:?}");
+    let cut = Instant::now();
+    fwd.cut();
+    let (mut restored, mut stopped, mut again, mut polled) = (false, None::<Duration>, None::<Duration>, Instant::now());
+    loop {
+        let (on_a, on_b) = (children_of(a.child.id()), children_of(b.child.id()));
+        let at = cut.elapsed();
+        assert!(on_b.is_empty(), "dtn-b runs job {id} at {at:?}: {on_b:?}");
+        if on_a.is_empty() && stopped.is_none() {
+            stopped = Some(at);
+        }
+        if !on_a.is_empty() && on_a != child && again.is_none() {
+            again = Some(at);
+        }
+        if !restored && at >= Duration::from_millis(7 * beat_ms / 3) {
+            fwd.restore();
+            restored = true;
+        }
+        if restored && polled.elapsed() > Duration::from_millis(250) {
+            polled = Instant::now();
+            if job(&a.client(&admin), id)["state"] == "succeeded" {
+                break;
+            }
+        }
+        assert!(at < Duration::from_secs(50), "job {id} did not finish: {}", job(&a.client(&admin), id));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    println!("after the cut: dtn-a's transfer stopped at {stopped:?}, ran again at {again:?}, job done at {:?}", cut.elapsed());
+    let (stopped, again) = (stopped.expect("dtn-a fenced its transfer"), again.expect("dtn-a ran the job again"));
+    assert!(stopped < Duration::from_millis(7 * beat_ms / 3) && again > stopped, "stopped {stopped:?}, again {again:?}");
+    let log = log_of(&a);
+    assert!(log.contains("node dtn-a of cluster site-a is fenced") && log.contains("its registration is still live"), "{log}");
+    assert!(log.contains("re-queued 1 of this node's job attempt(s)") && !log.contains("registered again"), "{log}");
+    assert_eq!((run_node(&pg, id), claims(&pg, id)), ("dtn-a".to_string(), "2".to_string()), "claimed twice, both times by dtn-a");
+    assert_same_tree(&src, &dst);
 }

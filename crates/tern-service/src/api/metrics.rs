@@ -21,8 +21,13 @@ pub(super) async fn count_requests(State(st): State<S>, req: Request, next: Next
     resp
 }
 
-/// `GET /healthz`: no token; answers once the API serves and the database answers.
+/// `GET /healthz`: no token; answers once the API serves and the database answers. A fenced
+/// cluster node answers 503 with the reason: load balancers and orchestrators take any
+/// non-2xx as "send nothing here", and a fenced node runs no jobs.
 pub(super) async fn healthz(State(st): State<S>) -> ApiResult<Json<Value>> {
+    if let Some(why) = st.runner.fenced() {
+        return Err(ApiError::new(axum::http::StatusCode::SERVICE_UNAVAILABLE, why));
+    }
     let store = st.store.clone();
     blocking(move || store.live_tokens(Scope::Admin, now())).await?;
     Ok(Json(json!({ "ok": true })))
