@@ -70,6 +70,9 @@ fn label(v: &str) -> String {
     cut.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
+/// A per-node gauge: name, help, and its value from the node's row.
+type NodeGauge = (&'static str, &'static str, fn(&crate::cluster::NodeStatus) -> f64);
+
 /// On a cluster node, each node of its cluster as its heartbeats last reported it. The registry
 /// out of reach leaves these out (said in the log) rather than failing the whole scrape.
 async fn cluster_metrics(st: &S) -> String {
@@ -82,7 +85,7 @@ async fn cluster_metrics(st: &S) -> String {
         }
     };
     let mut out = String::new();
-    let gauges: [(&str, &str, fn(&crate::cluster::NodeStatus) -> f64); 4] = [
+    let gauges: [NodeGauge; 4] = [
         ("tern_cluster_node_up", "1 while a node of this cluster is active or draining and heard from within 3 heartbeats.", |n| u8::from(n.state == "active" || n.state == "draining") as f64),
         ("tern_cluster_node_heartbeat_age_seconds", "Seconds since a node's last heartbeat, by the database's clock.", |n| n.heartbeat_age_s),
         ("tern_cluster_node_running_jobs", "Jobs a node ran at its last heartbeat.", |n| n.running_jobs as f64),
