@@ -10,7 +10,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -59,6 +59,30 @@ pub struct NodeStatus {
     pub heartbeat_age_s: f64,
     /// Seconds since it joined.
     pub up_s: f64,
+    /// Jobs its runner had at its last heartbeat (0 once it left).
+    pub running_jobs: i64,
+    /// Bytes per second those jobs moved at its last heartbeat (0 once it left).
+    pub rate_bps: f64,
+    /// The host's 1-minute load average at its last heartbeat, where it could be read.
+    pub load1: Option<f64>,
+}
+
+/// What this process's service runs now, for its heartbeats: written by the throughput sampler
+/// (`report_load`); a daemon without the service runs no jobs and reports zeros.
+static RUNNING_JOBS: AtomicU64 = AtomicU64::new(0);
+/// Bytes per second, as f64 bits.
+static RATE_BPS: AtomicU64 = AtomicU64::new(0);
+
+/// Records the jobs this node runs now and the bytes/s they move; the next heartbeat stores them.
+pub fn report_load(running_jobs: usize, rate_bps: f64) {
+    RUNNING_JOBS.store(running_jobs as u64, Ordering::Relaxed);
+    RATE_BPS.store(if rate_bps.is_finite() && rate_bps > 0.0 { rate_bps } else { 0.0 }.to_bits(), Ordering::Relaxed);
+}
+
+/// (running jobs, bytes/s, 1-minute load average) as a heartbeat stores them.
+fn local_load() -> (i64, f64, Option<f64>) {
+    let load1 = std::fs::read_to_string("/proc/loadavg").ok().and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok());
+    (RUNNING_JOBS.load(Ordering::Relaxed) as i64, f64::from_bits(RATE_BPS.load(Ordering::Relaxed)), load1)
 }
 
 /// A name a cluster or node may have: it lands in file names and log lines.
@@ -505,8 +529,11 @@ fn revive(c: &mut Client, cluster: &str, node: &str, incarnation: i64) -> Result
 
 /// One heartbeat; false if this registration is no longer ours.
 fn beat_once(c: &mut Client, cluster: &str, node: &str, incarnation: i64, root: &Path) -> Result<bool, postgres::Error> {
-    let mine =
-        c.query_opt("UPDATE cluster_nodes SET heartbeat_at = now() WHERE cluster = $1 AND node = $2 AND incarnation = $3 AND state <> 'left' RETURNING state", &[&cluster, &node, &incarnation])?;
+    let (jobs, rate, load1) = local_load();
+    let mine = c.query_opt(
+        "UPDATE cluster_nodes SET heartbeat_at = now(), running_jobs = $4, rate_bps = $5, load1 = $6 WHERE cluster = $1 AND node = $2 AND incarnation = $3 AND state <> 'left' RETURNING state",
+        &[&cluster, &node, &incarnation, &jobs, &rate, &load1],
+    )?;
     let Some(row) = mine else { return Ok(false) };
     let state: String = row.get(0);
     if state == "joining" {
@@ -577,19 +604,24 @@ impl Member {
 /// Every node of `cluster` (or of every cluster), by cluster and name.
 pub fn status(url: &str, cluster: Option<&str>) -> Result<Vec<NodeStatus>, String> {
     let (mut c, what) = connect(url)?;
-    let rows = c
-        .query(
-            "SELECT cluster, node, host, version, listen, state, heartbeat_ms,
-                    EXTRACT(EPOCH FROM now() - heartbeat_at)::float8, EXTRACT(EPOCH FROM now() - started_at)::float8
-             FROM cluster_nodes WHERE $1::text IS NULL OR cluster = $1 ORDER BY cluster, node",
-            &[&cluster],
-        )
-        .map_err(|e| db_err(&what, e))?;
+    nodes(&mut c, cluster, i64::MAX).map_err(|e| db_err(&what, e))
+}
+
+/// At most `limit` nodes of `cluster` (or of every cluster), by cluster and name.
+fn nodes(c: &mut Client, cluster: Option<&str>, limit: i64) -> Result<Vec<NodeStatus>, postgres::Error> {
+    let rows = c.query(
+        "SELECT cluster, node, host, version, listen, state, heartbeat_ms,
+                EXTRACT(EPOCH FROM now() - heartbeat_at)::float8, EXTRACT(EPOCH FROM now() - started_at)::float8,
+                running_jobs, rate_bps, load1
+         FROM cluster_nodes WHERE $1::text IS NULL OR cluster = $1 ORDER BY cluster, node LIMIT $2",
+        &[&cluster, &limit],
+    )?;
     Ok(rows
         .iter()
         .map(|r| {
             let (state, beat_ms, age): (String, i64, f64) = (r.get(5), r.get(6), r.get(7));
             let silent = state != "left" && age * 1000.0 >= (beat_ms * SILENT_BEATS) as f64;
+            let left = state == "left";
             NodeStatus {
                 cluster: r.get(0),
                 node: r.get(1),
@@ -599,9 +631,45 @@ pub fn status(url: &str, cluster: Option<&str>) -> Result<Vec<NodeStatus>, Strin
                 state: if silent { "unreachable".into() } else { state },
                 heartbeat_age_s: age,
                 up_s: r.get(8),
+                running_jobs: if left { 0 } else { r.get(9) },
+                rate_bps: if left { 0.0 } else { r.get(10) },
+                load1: r.get(11),
             }
         })
         .collect())
+}
+
+/// A cluster node's own view of its cluster, for the API, the dashboard and `/metrics`: one
+/// connection, opened on first use and again after the server dropped it.
+pub struct Viewer {
+    url: String,
+    pub cluster: String,
+    pub node: String,
+    conn: std::sync::Mutex<Option<(Client, String)>>,
+}
+
+/// The most nodes a view lists: a cluster is a site's DTNs, tens at most.
+pub const MAX_NODES: i64 = 256;
+
+impl Viewer {
+    pub fn new(url: &str, cluster: &str, node: &str) -> Self {
+        Self { url: url.to_string(), cluster: cluster.to_string(), node: node.to_string(), conn: std::sync::Mutex::new(None) }
+    }
+
+    /// The cluster's nodes (at most `MAX_NODES`), by name. Blocks: call it off the async runtime.
+    pub fn nodes(&self) -> Result<Vec<NodeStatus>, String> {
+        let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        if conn.as_ref().is_none_or(|(c, _)| c.is_closed()) {
+            *conn = Some(connect(&self.url)?);
+        }
+        let (c, what) = conn.as_mut().expect("connected above");
+        let r = nodes(c, Some(&self.cluster), MAX_NODES).map_err(|e| db_err(what, e));
+        if r.is_err() {
+            // A fresh connection next time: this one may be broken.
+            *conn = None;
+        }
+        r
+    }
 }
 
 /// Drains `node` of `cluster` (it finishes its work and takes no more), or with `undo` makes a

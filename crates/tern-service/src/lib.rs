@@ -142,7 +142,8 @@ pub fn start(cfg: ServiceConfig) -> Result<Started, String> {
                 for j in pending {
                     on_done(j);
                 }
-                let state = api::AppState::new(store, runner, tester, on_done, policy, cfg.metrics_anonymous).with_mail(mail_enabled);
+                let viewer = cfg.cluster_node.as_ref().zip(cfg.db.as_deref()).map(|((cluster, node), db)| cluster::Viewer::new(db, cluster, node));
+                let state = api::AppState::new(store, runner, tester, on_done, policy, cfg.metrics_anonymous).with_mail(mail_enabled).with_cluster(viewer);
                 tls::serve(listener, tls_config, api::router(state)).await;
             });
         })

@@ -29,6 +29,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0004_path_tests.sql"),
     include_str!("../migrations/postgres/0005_cluster.sql"),
     include_str!("../migrations/postgres/0006_job_nodes.sql"),
+    include_str!("../migrations/postgres/0007_node_load.sql"),
 ];
 
 /// Serialises migrations of several services starting against one database.

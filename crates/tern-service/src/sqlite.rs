@@ -23,6 +23,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0004_path_tests.sql"),
     include_str!("../migrations/sqlite/0005_cluster.sql"),
     include_str!("../migrations/sqlite/0006_job_nodes.sql"),
+    include_str!("../migrations/sqlite/0007_node_load.sql"),
 ];
 
 const JOB_COLUMNS: &str = "id, state, spec, owner, created_at, updated_at, started_at, finished_at, not_before, attempts, retries, progress, summary, error, notified";

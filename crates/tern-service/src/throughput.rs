@@ -28,6 +28,9 @@ const TICK: Duration = Duration::from_millis(500);
 /// counts bytes per verified chunk (4 MiB by default), so one 1 s interval alone swings between
 /// 0, 1 and 2 chunks.
 const RATE_WINDOW: usize = 3;
+/// A sample older than this no longer counts toward the node's rate (the child reports every
+/// second; the sampler reads twice a second).
+const STALE_MS: i64 = 3000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Sample {
@@ -90,6 +93,13 @@ impl History {
         }
     }
 
+    /// The bytes/s the jobs `ids` move now: each one's newest sample, where it is no older than
+    /// `STALE_MS` (a job whose child stopped reporting moves nothing we know of).
+    pub fn rate_now(&self, ids: &[i64], now_ms: i64) -> f64 {
+        let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        ids.iter().filter_map(|id| jobs.get(id)?.samples.back()).filter(|x| now_ms - x.t <= STALE_MS).map(|x| x.bps).sum()
+    }
+
     /// Samples newer than `since_ms`.
     pub fn since(&self, id: i64, since_ms: i64) -> Vec<Sample> {
         let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
@@ -101,23 +111,30 @@ fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
-/// Forever: record the live progress of every running job.
+/// Forever: record the live progress of every running job, and report this node's load to its
+/// cluster heartbeat (`cluster::report_load`).
 pub async fn sample(st: Arc<AppState>, history: Arc<History>) {
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        if st.runner.running_count() == 0 {
+        let count = st.runner.running_count();
+        if count == 0 {
+            crate::cluster::report_load(0, 0.0);
             continue;
         }
         let store = st.store.clone();
         let Ok(running) = blocking(move || store.list_jobs(Some(JobState::Running), None, 1000)).await else { continue };
         let t = now_ms();
+        // On a cluster the list holds every node's running jobs: only this runner's have progress here.
+        let mut mine = Vec::new();
         for job in running {
             if let Some(p) = st.runner.live_progress(job.id) {
                 history.record(job.id, &p, t);
+                mine.push(job.id);
             }
         }
+        crate::cluster::report_load(count, history.rate_now(&mine, t));
     }
 }
 
@@ -164,6 +181,16 @@ mod tests {
         assert_eq!(s.iter().map(|x| x.bps).collect::<Vec<_>>(), [1000.0, 4000.0, 2500.0, 3500.0, 200.0]);
         assert_eq!(h.since(1, 13_000).len(), 1);
         assert!(h.since(2, 0).is_empty());
+    }
+
+    #[test]
+    fn the_rate_now_sums_fresh_samples_only() {
+        let h = History::default();
+        h.record(1, &p(1.0, 1000), 10_000);
+        h.record(2, &p(2.0, 6000), 10_000);
+        h.record(3, &p(1.0, 500), 6_000); // silent since
+        assert_eq!(h.rate_now(&[1, 2, 3, 4], 10_500), 4000.0);
+        assert_eq!(h.rate_now(&[1], 13_001), 0.0);
     }
 
     #[test]

@@ -5,7 +5,8 @@
 // Env: TERN_DASH_URL, TERN_DASH_TOKEN (admin), TERN_DASH_SRC + TERN_DASH_DST + TERN_DASH_TOKEN_FILE
 // (the slow job: local source to a tern:// daemon), TERN_DASH_XSS_SRC + TERN_DASH_XSS_DST (a job
 // whose file name is markup and fails on a per-file error), TERN_DASH_OUT (screenshots),
-// CHROMIUM (default /usr/bin/chromium).
+// CHROMIUM (default /usr/bin/chromium); optional TERN_DASH_NODE_URL + TERN_DASH_NODE_TOKEN (a
+// service that is node dtn-ui of cluster site-a: its Nodes panel).
 //
 // Prints one line per check ("dashboard: ok ...") and ends with "dashboard: all checks passed";
 // exits 1 on the first failed check.
@@ -95,6 +96,8 @@ try {
   await page.waitForSelector('#nav:not([hidden])');
   check((await page.textContent('#who-scope')) === 'admin', 'signed in as admin');
   check(await page.evaluate(() => sessionStorage.getItem('tern.token') !== null && localStorage.length === 0), 'token kept in sessionStorage only');
+  await page.waitForSelector('.empty:not([hidden])');
+  check(await page.isHidden('section.nodes'), 'a service alone shows no Nodes panel');
 
   // ---- a job whose file name and label are markup: shown as text, never run ----
   await page.click('nav a[data-view=submit]');
@@ -269,6 +272,24 @@ try {
   await page.click('button[type=submit]');
   await page.getByText('was revoked').waitFor();
   check(true, 'signing in with the revoked token says so');
+
+  // ---- a cluster node's Nodes panel ----
+  if (process.env.TERN_DASH_NODE_URL) {
+    const NODE_TOKEN = env('TERN_DASH_NODE_TOKEN');
+    await page.goto(process.env.TERN_DASH_NODE_URL + '/ui/');
+    await page.fill('#token', NODE_TOKEN);
+    await page.click('button[type=submit]');
+    const row = page.locator('section.nodes tr[data-node="dtn-ui"]');
+    await row.waitFor();
+    check((await page.textContent('#nodes-title')) === 'Nodes of cluster site-a', 'Nodes panel names the cluster');
+    check((await row.locator('.badge').getAttribute('data-state')) === 'active' && await row.locator('.tag').isVisible(), 'this node is listed active and marked', await row.textContent());
+    const cells = await row.locator('td.num').allTextContents();
+    check(cells.length === 4 && cells[1] === '0' && /^\d+(\.\d+)? s ago$/.test(cells[3]) && /^(\d+\.\d\d|–)$/.test(cells[2]), 'rate, jobs, load and heartbeat age shown', cells);
+    await accessible(page, 'Nodes panel');
+    writeFileSync(join(OUT, 'nodes.png'), await page.screenshot({ fullPage: true }));
+  } else {
+    console.log('dashboard: no cluster node given (PostgreSQL missing?): the Nodes panel is not checked');
+  }
 
   // ---- hygiene ----
   check(!urls.some((u) => u.includes(TOKEN.slice(-20)) || u.includes(secret.slice(-20))), 'no token in any URL', urls.length);

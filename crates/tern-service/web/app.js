@@ -306,6 +306,7 @@ function jobsView() {
     ['all', ...STATES].map((s) => (chipEls[s] = h('button', { type: 'button', class: 'chip', 'aria-pressed': String(s === filter), onclick: () => { filter = s; for (const [k, c] of Object.entries(chipEls)) c.setAttribute('aria-pressed', String(k === s)); render(); } }, s, h('span', { class: 'n' })))));
   const tbody = h('tbody');
   const empty = h('p', { class: 'empty', hidden: true });
+  const nodes = nodesPanel();
   const table = h('table', { class: 'jobs' },
     h('caption', { class: 'skip', text: 'Transfers, newest first' }),
     h('thead', {}, h('tr', {}, ['Job', 'State', 'Progress', 'Rate', 'ETA', 'Files', 'Updated'].map((c, i) => h('th', { scope: 'col', class: i >= 3 ? 'num' : undefined, text: c })))),
@@ -315,7 +316,8 @@ function jobsView() {
       can('transfer') ? h('a', { class: 'btn primary', href: '#/submit', text: 'New transfer' }) : null),
     h('div', { class: 'tiles' }, tile('Running', tiles.running), tile('Waiting', tiles.queued), tile('Throughput now', tiles.rate), tile('Failed', tiles.failed)),
     chips,
-    h('section', { class: 'panel', 'aria-label': 'Transfers' }, h('div', { class: 'table-wrap' }, table), empty));
+    h('section', { class: 'panel', 'aria-label': 'Transfers' }, h('div', { class: 'table-wrap' }, table), empty),
+    nodes.el);
 
   let jobs = [];
   function render() {
@@ -345,9 +347,69 @@ function jobsView() {
   }
 
   return poller(async () => {
-    jobs = (await api('GET', '/v1/jobs?limit=200')).jobs;
+    const [list, cluster] = await Promise.all([api('GET', '/v1/jobs?limit=200'), api('GET', '/v1/cluster')]);
+    jobs = list.jobs;
     render();
+    nodes.update(cluster);
   });
+}
+
+// ---------- the cluster's nodes ----------
+
+const NODE_STATES = { active: 'succeeded', draining: 'retrying', joining: 'queued', left: 'canceled', unreachable: 'failed' };
+
+/** The transfers view's Nodes panel: hidden unless this service is a cluster node (GET /v1/cluster lists nodes). */
+function nodesPanel() {
+  const tbody = h('tbody');
+  const title = h('h2', { id: 'nodes-title', text: 'Nodes' });
+  const el = h('section', { class: 'panel nodes', 'aria-labelledby': 'nodes-title', hidden: true },
+    h('div', { class: 'head' }, title, h('span', { class: 'hint', text: 'as each node’s last heartbeat reported it' })),
+    h('div', { class: 'table-wrap' }, h('table', { class: 'jobs' },
+      h('thead', {}, h('tr', {}, ['Node', 'State', 'Rate', 'Jobs', 'Load', 'Heartbeat'].map((c, i) => h('th', { scope: 'col', class: i >= 2 ? 'num' : undefined, text: c })))),
+      tbody)));
+  const rows = new Map();
+  function row() {
+    const name = h('span', { class: 'mono' });
+    const self = h('span', { class: 'tag', text: 'this node', hidden: true });
+    const host = h('div', { class: 'sub' });
+    const stateCell = h('td', { 'data-k': 'State' });
+    const cells = ['Rate', 'Jobs', 'Load', 'Heartbeat'].map((k) => h('td', { class: 'num', 'data-k': k }));
+    const tr = h('tr', {}, h('td', { class: 'what' }, name, self, host), stateCell, cells);
+    let lastState = null;
+    return {
+      tr,
+      update(n, me) {
+        tr.dataset.node = n.node;
+        setText(name, n.node);
+        self.hidden = n.node !== me;
+        setText(host, n.host + ' · tern ' + n.version);
+        if (n.state !== lastState) {
+          // A node's own words, in the colour of the job state that means the same to a reader.
+          stateCell.replaceChildren(h('span', { class: 'badge st-' + (NODE_STATES[n.state] || 'queued'), 'data-state': n.state, text: n.state }));
+          lastState = n.state;
+        }
+        setText(cells[0], fmtRate(n.rate_bps));
+        setText(cells[1], n.running_jobs);
+        setText(cells[2], Number.isFinite(n.load1) ? n.load1.toFixed(2) : '–');
+        setText(cells[3], fmtDuration(n.heartbeat_age_s) + ' ago');
+      },
+    };
+  }
+  return {
+    el,
+    update(c) {
+      el.hidden = !c.nodes.length;
+      setText(title, c.cluster ? 'Nodes of cluster ' + c.cluster : 'Nodes');
+      const keep = new Set(c.nodes.map((n) => n.node));
+      for (const [k, r] of rows) if (!keep.has(k)) { r.tr.remove(); rows.delete(k); }
+      for (const n of c.nodes) {
+        let r = rows.get(n.node);
+        if (!r) { r = row(); rows.set(n.node, r); }
+        r.update(n, c.node);
+        tbody.append(r.tr);
+      }
+    },
+  };
 }
 
 function jobRow(id) {

@@ -6,9 +6,11 @@ use std::process::ExitCode;
 use anyhow::{Result, anyhow};
 use clap::{Args, Subcommand};
 
+use crate::output::units;
+
 #[derive(Subcommand)]
 pub(crate) enum ClusterCommand {
-    /// Every node of the cluster (or of every cluster): state, version, address, heartbeat age.
+    /// Every node of the cluster (or of every cluster): state, rate, jobs, load, version, address, heartbeat age.
     Status(StatusArgs),
     /// Let NODE finish its work and take no more (maintenance); --undo makes it active again.
     Drain(DrainArgs),
@@ -58,7 +60,22 @@ pub(crate) fn run(cmd: ClusterCommand) -> Result<ExitCode> {
                 println!("no nodes{}", a.cluster.map(|c| format!(" in cluster {c}")).unwrap_or_default());
             }
             for n in &nodes {
-                println!("{:<16} {:<16} {:<11} {:<10} {:<22} heartbeat {:.1} s ago, up {:.0} s, on {}", n.cluster, n.node, n.state, n.version, n.listen, n.heartbeat_age_s, n.up_s, n.host);
+                // Rate, jobs and load as of the node's last heartbeat, beside its state.
+                let load = n.load1.map_or("load –".into(), |l| format!("load {l:.2}"));
+                println!(
+                    "{:<16} {:<16} {:<11} {:>11} {:>7} {:<10} {:<10} {:<22} heartbeat {:.1} s ago, up {:.0} s, on {}",
+                    n.cluster,
+                    n.node,
+                    n.state,
+                    units::rate(n.rate_bps),
+                    format!("{} jobs", n.running_jobs),
+                    load,
+                    n.version,
+                    n.listen,
+                    n.heartbeat_age_s,
+                    n.up_s,
+                    n.host
+                );
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -2,7 +2,8 @@
 //! `crates/tern-service/web-tests/`) against a real `tern serve --http-listen`: sign in, submit
 //! a rate-limited job to the daemon's own data port, watch progress and the live chart, cancel,
 //! retry to success, a job whose file name is markup, token create/use/revoke, dark and narrow
-//! screens. Then the outcome is checked here, on disk and through the API.
+//! screens; where PostgreSQL is installed, a second service that is a cluster node shows its
+//! Nodes panel. Then the outcome is checked here, on disk and through the API.
 //!
 //! Needs `node`, `/usr/bin/chromium` and `npm ci` in the web-tests folder (scripts/test.sh
 //! installs all three); without them the test says so and skips, except under CI, where it fails.
@@ -11,6 +12,9 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a test says what it measured or skipped
 
 mod common;
+#[path = "../../tern-service/tests/support/pg.rs"]
+#[allow(dead_code)] // psql: the service tests'
+mod pg;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -140,7 +144,38 @@ fn dashboard_in_headless_chromium() {
     let points = r.iter().filter(|x| x["ok"] == true).count();
     assert!(points >= 3, "{r:?}");
 
+    // A cluster node of its own (one node: admitted alone) for the Nodes panel.
+    let pg = pg::Postgres::start();
+    let node = pg.as_ref().map(|pg| {
+        let (http, state, root) = (free_port(), base.join("node-state"), base.join("node-root"));
+        std::fs::create_dir_all(&root).unwrap();
+        let db = pg.create_db("dash");
+        let child = Command::new(tern_bin())
+            .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", &format!("127.0.0.1:{http}"), "--token-file"])
+            .arg(&daemon_token)
+            .arg("--root")
+            .arg(&root)
+            .arg("--state-dir")
+            .arg(&state)
+            .args(["--db", &db, "--cluster", "site-a", "--node-name", "dtn-ui", "--cluster-heartbeat-ms", "300"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let serve = Serve(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", http)).is_err() {
+            assert!(Instant::now() < deadline, "the cluster node did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let token = std::fs::read_to_string(state.join("admin.token")).unwrap().trim().to_string();
+        (serve, format!("https://127.0.0.1:{http}"), token)
+    });
     let mut cmd = Command::new("node");
+    if let Some((_, url, token)) = &node {
+        cmd.env("TERN_DASH_NODE_URL", url).env("TERN_DASH_NODE_TOKEN", token);
+    }
     cmd.arg(web_tests().join("dashboard.mjs"))
         .current_dir(web_tests())
         .env("TERN_DASH_URL", &url)

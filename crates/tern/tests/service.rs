@@ -1877,4 +1877,104 @@ fn cluster_node_back_before_the_others_count_it_silent_re_queues_its_own_job() {
     assert!(log.contains("re-queued 1 of this node's job attempt(s)") && !log.contains("registered again"), "{log}");
     assert_eq!((run_node(&pg, id), claims(&pg, id)), ("dtn-a".to_string(), "2".to_string()), "claimed twice, both times by dtn-a");
     assert_same_tree(&src, &dst);
+
+/// The value of `/metrics` line `series` (name and labels), if there is one.
+fn gauge(metrics: &str, series: &str) -> Option<f64> {
+    metrics.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Every node's state, jobs, rate and load as its heartbeats report them, through
+/// `GET /v1/cluster`, `/metrics` and `tern cluster status` (docs/cluster.md "Nodes on the
+/// dashboard, the API and /metrics"); a service alone shows no cluster.
+#[test]
+fn cluster_nodes_show_their_state_jobs_rate_and_load_on_the_api_metrics_and_cli() {
+    let Some(pg) = pg::Postgres::start() else { return };
+    let url = pg.create_db("tern");
+    let t = scratch();
+    let shared = t.path().join("site");
+    let mut nodes = [cluster_node(&t.path().join("a"), &shared, &url, "dtn-a"), cluster_node(&t.path().join("b"), &shared, &url, "dtn-b")];
+    let admin = nodes[0].admin();
+    let read = nodes[0].token("read", &[]);
+    write_file(&shared.join("src/big"), 12, 40 << 20);
+    // ~10 s at 4 MiB/s: running while the nodes are looked at.
+    let id = submit(&nodes[0], &admin, &[shared.join("src").to_str().unwrap(), shared.join("dst").to_str().unwrap(), "--bwlimit", "4M"]);
+    let cluster = |n: &Service| n.client(&read).call("GET", "/v1/cluster", None).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // Asked of the other node: the registry, not the node's own runner, answers.
+    let (runner, v) = loop {
+        let runner = run_node(&pg, id);
+        let v = cluster(&nodes[1]);
+        let busy = v["nodes"].as_array().unwrap().iter().find(|n| n["node"] == runner.as_str()).map(|n| (n["running_jobs"].as_i64(), n["rate_bps"].as_f64().unwrap_or(0.0)));
+        if let Some((Some(1), rate)) = busy
+            && rate > 0.0
+        {
+            break (runner, v);
+        }
+        assert!(Instant::now() < deadline, "the running job's node never showed it: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!((v["cluster"].as_str(), v["node"].as_str()), (Some("site-a"), Some("dtn-b")), "{v}");
+    let listed: Vec<&str> = v["nodes"].as_array().unwrap().iter().map(|n| n["node"].as_str().unwrap()).collect();
+    assert_eq!(listed, ["dtn-a", "dtn-b"], "{v}");
+    for n in v["nodes"].as_array().unwrap() {
+        let mine = n["node"] == runner.as_str();
+        assert_eq!(n["state"], "active", "{n}");
+        assert!(n["host"].as_str().is_some_and(|h| !h.is_empty()) && n["version"] == env!("CARGO_PKG_VERSION"), "{n}");
+        assert!(n["heartbeat_age_s"].as_f64().is_some_and(|a| (0.0..2.0).contains(&a)), "heartbeats every 300 ms: {n}");
+        assert!(n["load1"].as_f64().is_some_and(|l| l >= 0.0), "Linux has /proc/loadavg: {n}");
+        assert_eq!(n["running_jobs"], if mine { 1 } else { 0 }, "{n}");
+        let rate = n["rate_bps"].as_f64().unwrap();
+        // --bwlimit 4M: about 4 MB/s, well under the 1 GB/s+ of an unlimited local copy.
+        assert!(if mine { (5e5..2e7).contains(&rate) } else { rate == 0.0 }, "{n}");
+    }
+
+    let m = nodes[0].client(&read).get_text("/metrics").unwrap();
+    for node in ["dtn-a", "dtn-b"] {
+        let l = format!("{{cluster=\"site-a\",node=\"{node}\"}}");
+        assert_eq!(gauge(&m, &format!("tern_cluster_node_up{l}")), Some(1.0), "{m}");
+        assert!(gauge(&m, &format!("tern_cluster_node_heartbeat_age_seconds{l}")).is_some_and(|a| (0.0..2.0).contains(&a)), "{m}");
+        assert_eq!(gauge(&m, &format!("tern_cluster_node_running_jobs{l}")), Some(if node == runner { 1.0 } else { 0.0 }), "{m}");
+        let rate = gauge(&m, &format!("tern_cluster_node_rate_bytes_per_second{l}")).unwrap();
+        assert!(if node == runner { rate > 0.0 } else { rate == 0.0 }, "{m}");
+    }
+    assert!(m.contains("# TYPE tern_cluster_node_up gauge"), "{m}");
+
+    // The command line prints the same beside state and heartbeat.
+    let mut cmd = Command::new(tern_bin());
+    cmd.args(["cluster", "status", "--db", &url, "--cluster", "site-a"]).stdin(Stdio::null());
+    let text = String::from_utf8_lossy(&run_bounded(cmd, Duration::from_secs(30)).stdout).into_owned();
+    let line = text.lines().find(|l| l.split_whitespace().nth(1) == Some(runner.as_str())).unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains(" active ") && line.contains("/s") && line.contains("1 jobs") && line.contains("load ") && line.contains("heartbeat "), "{text}");
+
+    // Only with a token: the registry is not for anyone on the network.
+    let nobody = Client::new(&nodes[0].url(), "", Some(&nodes[0].ca())).unwrap();
+    assert_eq!(nobody.call("GET", "/v1/cluster", None).unwrap_err().status, 401);
+
+    // Canceled: its node runs nothing again; killed: a node is down on /metrics after 3 missed
+    // heartbeats.
+    let (code, _, err) = nodes[0].cli(&admin, &["cancel", &id.to_string()]);
+    assert_eq!(code, 0, "cancel: {err}");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while cluster(&nodes[0])["nodes"].as_array().unwrap().iter().any(|n| n["running_jobs"] != 0 || n["rate_bps"] != 0.0) {
+        assert!(Instant::now() < deadline, "still busy after the cancel: {}", cluster(&nodes[0]));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    nodes[1].kill9();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let m = nodes[0].client(&read).get_text("/metrics").unwrap();
+        if gauge(&m, "tern_cluster_node_up{cluster=\"site-a\",node=\"dtn-b\"}") == Some(0.0) {
+            assert_eq!(gauge(&m, "tern_cluster_node_up{cluster=\"site-a\",node=\"dtn-a\"}"), Some(1.0), "{m}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "a killed node still up: {m}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(cluster(&nodes[0])["nodes"][1]["state"], "unreachable");
+
+    // A service alone: no cluster, and no node gauges.
+    let solo = Service::start(&t.path().join("solo"), &[], &[]);
+    let (tok, c) = (solo.admin(), Client::new(&solo.url(), &solo.admin(), Some(&solo.ca())).unwrap());
+    assert_eq!(c.call("GET", "/v1/cluster", None).unwrap(), json!({ "cluster": null, "nodes": [] }));
+    assert!(!solo.client(&tok).get_text("/metrics").unwrap().contains("tern_cluster_node"));
 }

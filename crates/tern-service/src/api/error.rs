@@ -15,6 +15,10 @@ impl ApiError {
     pub(super) fn new(code: StatusCode, msg: impl Into<String>) -> Self {
         Self(code, msg.into())
     }
+
+    pub(super) fn message(&self) -> &str {
+        &self.1
+    }
 }
 
 impl IntoResponse for ApiError {

@@ -57,6 +57,7 @@ pub(super) async fn metrics(State(st): State<S>, auth: Result<Auth, ApiError>) -
     let http = st.http.lock().unwrap_or_else(|p| p.into_inner()).clone();
     metric("tern_http_requests_total", "counter", "API requests answered, by status code.", http.into_iter().map(|(c, n)| (format!("{{code=\"{c}\"}}"), n)).collect());
     out.push_str(&path_test_metrics(&st).await?);
+    out.push_str(&cluster_metrics(&st).await);
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
 }
 
@@ -72,6 +73,36 @@ fn label(v: &str) -> String {
         cut = &cut[..end];
     }
     cut.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// A per-node gauge: name, help, and its value from the node's row.
+type NodeGauge = (&'static str, &'static str, fn(&crate::cluster::NodeStatus) -> f64);
+
+/// On a cluster node, each node of its cluster as its heartbeats last reported it. The registry
+/// out of reach leaves these out (said in the log) rather than failing the whole scrape.
+async fn cluster_metrics(st: &S) -> String {
+    let (cluster, nodes) = match super::cluster::read(st).await {
+        Ok(Some((cluster, _, nodes))) => (cluster, nodes),
+        Ok(None) => return String::new(),
+        Err(e) => {
+            tracing::warn!("/metrics: the cluster's nodes are left out: {}", e.message());
+            return String::new();
+        }
+    };
+    let mut out = String::new();
+    let gauges: [NodeGauge; 4] = [
+        ("tern_cluster_node_up", "1 while a node of this cluster is active or draining and heard from within 3 heartbeats.", |n| u8::from(n.state == "active" || n.state == "draining") as f64),
+        ("tern_cluster_node_heartbeat_age_seconds", "Seconds since a node's last heartbeat, by the database's clock.", |n| n.heartbeat_age_s),
+        ("tern_cluster_node_running_jobs", "Jobs a node ran at its last heartbeat.", |n| n.running_jobs as f64),
+        ("tern_cluster_node_rate_bytes_per_second", "Bytes per second a node's jobs moved at its last heartbeat.", |n| n.rate_bps),
+    ];
+    for (name, help, value) in gauges {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n"));
+        for n in &nodes {
+            out.push_str(&format!("{name}{{cluster=\"{}\",node=\"{}\"}} {}\n", label(&cluster), label(&n.node), value(n)));
+        }
+    }
+    out
 }
 
 /// Per schedule, from its newest successful result: rates, round trip, regressed.

@@ -8,9 +8,11 @@
 //! through; the rest, one concern per file:
 //! - `error.rs` JSON errors; `auth.rs` bearer tokens and scopes; `limits.rs` the body limit;
 //! - the handlers by resource: `jobs.rs`, `tokens.rs`, `fs.rs` (directory browsing),
-//!   `pathtests.rs` (scheduled path tests and their results), `metrics.rs` (`/metrics` and the request counts it shows, `/healthz`).
+//!   `pathtests.rs` (scheduled path tests and their results), `metrics.rs` (`/metrics` and the request counts it shows, `/healthz`),
+//!   `cluster.rs` (`/v1/cluster`: the nodes of this node's cluster).
 
 mod auth;
+mod cluster;
 mod error;
 mod fs;
 mod jobs;
@@ -56,17 +58,27 @@ pub struct AppState {
     pub policy: Arc<Policy>,
     /// `--metrics-anonymous`: `/metrics` answers without a token.
     pub metrics_anonymous: bool,
+    /// Set on a cluster node: its view of the cluster's registry.
+    cluster: std::sync::OnceLock<Arc<crate::cluster::Viewer>>,
 }
 
 type S = Arc<AppState>;
 
 impl AppState {
     pub fn new(store: Arc<dyn JobStore>, runner: Arc<Runner>, tests: Arc<crate::pathtests::Tester>, on_done: Arc<dyn Fn(Job) + Send + Sync>, policy: Arc<Policy>, metrics_anonymous: bool) -> S {
-        Arc::new(Self { store, runner, tests, http: Mutex::default(), touched: Mutex::default(), on_done, mail: Default::default(), policy, metrics_anonymous })
+        Arc::new(Self { store, runner, tests, http: Mutex::default(), touched: Mutex::default(), on_done, mail: Default::default(), policy, metrics_anonymous, cluster: Default::default() })
     }
 
     pub fn with_mail(self: S, on: bool) -> S {
         self.mail.store(on, std::sync::atomic::Ordering::Relaxed);
+        self
+    }
+
+    /// Makes this service a cluster node's: `/v1/cluster` and `/metrics` show its cluster.
+    pub fn with_cluster(self: S, viewer: Option<crate::cluster::Viewer>) -> S {
+        if let Some(v) = viewer {
+            let _ = self.cluster.set(Arc::new(v));
+        }
         self
     }
 }
@@ -105,6 +117,7 @@ fn table() -> Routes {
         .add("GET", "/metrics", get(metrics::metrics))
         .add("GET", "/healthz", get(metrics::healthz))
         .add("GET", "/v1/fs", get(fs::browse))
+        .add("GET", "/v1/cluster", get(cluster::nodes))
         .add("GET", "/openapi.json", get(openapi))
 }
 
