@@ -284,7 +284,27 @@ fn cut(files: Vec<Listed>, pairs: u64, total: u64, stripe_chunk: Option<u32>) ->
     let mut units = Vec::new();
     let mut cur = Unit::default();
     for (path, len) in files {
-        if let Some(cs) = stripe_chunk.map(u64::from).filter(|&cs| cs > 0 && len > size && len > cs) {
+        if !cur.paths.is_empty() && (cur.bytes + len > size || cur.paths.len() >= UNIT_FILES) {
+            units.push(std::mem::take(&mut cur));
+        }
+        cur.bytes += len;
+        cur.paths.push(path);
+    }
+    if !cur.paths.is_empty() {
+        units.push(cur);
+    }
+    // Whole files balance the pairs when the largest are small against a pair's share; striping
+    // then only costs (a session per stripe, and a publish that reads the file again at both
+    // ends). So files are striped, the largest first, only while the pairs would not finish
+    // within 10 % of each other otherwise (4 × 1 GiB: none over 2 pairs, one over 3).
+    if let Some(cs) = stripe_chunk.map(u64::from).filter(|&cs| cs > 0) {
+        let share = total.div_ceil(pairs.max(1));
+        while makespan(&units, pairs) * 10 > share * 11 {
+            let Some(i) = units.iter().enumerate().filter(|(_, u)| u.stripe.is_none() && u.paths.len() == 1 && u.bytes > cs * pairs).max_by_key(|(_, u)| u.bytes).map(|(i, _)| i) else {
+                break;
+            };
+            let (path, len) = (units[i].paths[0].clone(), units[i].bytes);
+            units.swap_remove(i);
             // A multiple of the pairs, each about a unit (to the nearest whole round: a 3 GiB
             // file over 3 pairs is 9 stripes, not 10 of which one pair moves the last alone).
             let rounds = ((len + size * pairs / 2) / (size * pairs)).max(1);
@@ -296,19 +316,23 @@ fn cut(files: Vec<Listed>, pairs: u64, total: u64, stripe_chunk: Option<u32>) ->
                 units.push(Unit { paths: vec![path.clone()], stripe: Some(Stripe { path: path.clone(), start, end }), bytes: end - start, attempts: 0 });
                 start = end;
             }
-            continue;
         }
-        if !cur.paths.is_empty() && (cur.bytes + len > size || cur.paths.len() >= UNIT_FILES) {
-            units.push(std::mem::take(&mut cur));
-        }
-        cur.bytes += len;
-        cur.paths.push(path);
-    }
-    if !cur.paths.is_empty() {
-        units.push(cur);
     }
     units.sort_by_key(|u| std::cmp::Reverse(u.bytes));
     units
+}
+
+/// When the last of `pairs` equal pairs would finish, pulling `units` largest first (the
+/// queue's order): what each pair's bytes add up to, at most.
+fn makespan(units: &[Unit], pairs: u64) -> u64 {
+    let mut sizes: Vec<u64> = units.iter().map(|u| u.bytes).collect();
+    sizes.sort_unstable_by(|a, b| b.cmp(a));
+    let mut load = vec![0u64; pairs.max(1) as usize];
+    for b in sizes {
+        let least = load.iter_mut().min().expect("at least one pair");
+        *least += b;
+    }
+    load.into_iter().max().unwrap_or(0)
 }
 
 /// What each pair of the last spread transfer moved (this process runs one transfer).
@@ -659,6 +683,7 @@ mod tests {
         };
         assert_eq!(count(vec![(b"one".to_vec(), 3 << 30)], 3), 9, "3 GiB over 3 pairs: 9 stripes, not 10");
         assert_eq!(count(vec![(b"one".to_vec(), 3 << 30)], 2), 6);
-        assert_eq!(count((0..4).map(|i| (vec![b'f', i], 1 << 30)).collect(), 3), 12, "4 × 1 GiB over 3 pairs");
+        assert_eq!(count((0..4).map(|i| (vec![b'f', i], 1 << 30)).collect(), 3), 3, "4 × 1 GiB over 3 pairs: one file striped");
+        assert_eq!(count((0..4).map(|i| (vec![b'f', i], 1 << 30)).collect(), 2), 0, "4 × 1 GiB over 2 pairs: whole files balance");
     }
 }

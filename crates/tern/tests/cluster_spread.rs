@@ -159,8 +159,8 @@ fn an_ssh_host_list_spreads_the_copy_over_its_hosts() {
     let t = scratch();
     let (src, dst) = (t.path().join("run42"), t.path().join("global"));
     source(&src);
-    // Larger than a unit: striped over both hosts, each receiving its stripes over ssh.
-    write_file(&src.join("big/large.h5"), 78, 48 << 20);
+    // Too large for whole files to balance 2 hosts: striped, each receiving its stripes over ssh.
+    write_file(&src.join("big/large.h5"), 78, 160 << 20);
     let target = format!("127.0.0.1,localhost:{}", dst.display());
     let r = tern(&["cp", "-r", "--ssh", &sshd.ssh_cmd(), src.to_str().unwrap(), &target], &[]);
     let e = r.stderr();
@@ -210,8 +210,8 @@ fn a_copy_between_two_clusters_spreads_over_node_pairs_of_both_sites() {
     let (token_a, token_b) = (t.path().join("token-a"), t.path().join("token-b"));
     std::fs::create_dir_all(&root_b).unwrap();
     source(&root_a.join("run42"));
-    // Larger than a unit (32 MiB here): striped over both pairs, third-party.
-    write_file(&root_a.join("run42/big/large.h5"), 77, 48 << 20);
+    // Too large for whole files to balance 2 pairs: striped over both, third-party.
+    write_file(&root_a.join("run42/big/large.h5"), 77, 160 << 20);
     // The sending nodes may dial the receiving site's data addresses.
     let a = site(&url_a, "site-a", &root_a, &token_a, 2, &["--dial-allow", "127.0.0.1"]);
     let b = site(&url_b, "site-b", &root_b, &token_b, 2, &[]);

@@ -1877,6 +1877,7 @@ fn cluster_node_back_before_the_others_count_it_silent_re_queues_its_own_job() {
     assert!(log.contains("re-queued 1 of this node's job attempt(s)") && !log.contains("registered again"), "{log}");
     assert_eq!((run_node(&pg, id), claims(&pg, id)), ("dtn-a".to_string(), "2".to_string()), "claimed twice, both times by dtn-a");
     assert_same_tree(&src, &dst);
+}
 
 /// The value of `/metrics` line `series` (name and labels), if there is one.
 fn gauge(metrics: &str, series: &str) -> Option<f64> {

@@ -57,7 +57,7 @@ pub(crate) fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<
     a.writer.send(&Control::Dial { addr: data_addr.into_bytes(), session_id, ticket })?;
     expect_ready(&mut a)?;
     start_attempt(progress, options.streams);
-    let r = pump_both(a, b, progress, memory);
+    let r = pump_both(a, b, spec.options.chunk_size, progress, memory);
     progress.streams.store(0, Relaxed);
     r
 }
@@ -134,13 +134,17 @@ struct Book {
     files: HashMap<u64, (Vec<u8>, u64, bool)>,
     /// Files of which this session moves a stripe: they land with a later session.
     stripes: std::collections::HashSet<u64>,
+    /// Bytes the receiver asked for, per file: what crosses the network (a resumed file's
+    /// chunks held already do not), counted when the file's chunks are all out.
+    wanted: HashMap<u64, u64>,
+    chunk_size: u32,
     summary: Option<Summary>,
 }
 
 /// One thread per direction. The session is complete when B's `Bye` has passed (it follows B's
 /// `Summary` and A's `Bye`). The first failure closes both channels so the other pump ends too.
-fn pump_both(a: Channel, b: Channel, progress: &Arc<Progress>, memory: &Arc<Mutex<SendMemory>>) -> Result<Summary, TransferError> {
-    let book = Arc::new(Mutex::new(Book::default()));
+fn pump_both(a: Channel, b: Channel, chunk_size: u32, progress: &Arc<Progress>, memory: &Arc<Mutex<SendMemory>>) -> Result<Summary, TransferError> {
+    let book = Arc::new(Mutex::new(Book { chunk_size, ..Book::default() }));
     let closers = [a.closer.clone(), b.closer.clone()];
     let close_all = move || closers.iter().for_each(|c| c.close());
     let (a_name, b_name) = (format!("the source daemon at {}", a.addr), format!("the destination daemon at {}", b.addr));
@@ -216,21 +220,33 @@ fn observe(m: &Control, book: &Mutex<Book>, progress: &Progress, memory: &Mutex<
                 }
             }
         }
+        Control::Want(files) => {
+            let cs = book.chunk_size;
+            for w in files {
+                // Whole chunks, at most the file's (or stripe's) bytes: a short last chunk
+                // wanted with others counts a little high, never more than one chunk.
+                let Some(most) = book.files.get(&w.id).map(|f| f.1) else { continue };
+                let bytes = w.ranges.iter().map(|&(_, count)| u64::from(count) * u64::from(cs)).sum::<u64>().min(most);
+                *book.wanted.entry(w.id).or_default() += bytes;
+            }
+        }
         Control::FileEnd { id, .. } => {
             // Every chunk of the file is out: count its bytes now rather than at the (batched) FileDone.
+            let wanted = book.wanted.remove(id);
             if let Some(f) = book.files.get_mut(id).filter(|f| !f.2) {
                 f.2 = true;
-                Progress::add(&progress.bytes, f.1);
+                Progress::add(&progress.bytes, wanted.unwrap_or(f.1));
             }
         }
         Control::FileDone(ids) => {
             let mut memory = memory.lock().unwrap();
             for id in ids {
                 let stripe = book.stripes.contains(id);
+                let wanted = book.wanted.remove(id);
                 if let Some(f) = book.files.get_mut(id) {
                     if !f.2 {
                         f.2 = true;
-                        Progress::add(&progress.bytes, f.1);
+                        Progress::add(&progress.bytes, wanted.unwrap_or(f.1));
                     }
                     if !stripe && memory.finished.insert(&f.0) {
                         progress.landed(&f.0, f.1);
