@@ -281,14 +281,27 @@ fn target_dir(spec: &ClientSpec, dest: &Endpoint, contents: bool) -> Result<Opti
 /// `stripe_chunk` bytes), so one large file moves over every pair; `None`: files stay whole.
 fn cut(files: Vec<Listed>, pairs: u64, total: u64, stripe_chunk: Option<u32>) -> Vec<Unit> {
     let size = (total / (pairs * UNITS_PER_PAIR).max(1)).clamp(UNIT_MIN_BYTES, UNIT_MAX_BYTES);
+    // The walk's bytes cut at n even boundaries, each file in the unit its middle falls in: n
+    // units of about `size` (9 of 455 MiB for 4 GiB over 3 pairs, where filling each unit up to
+    // `size` made 10 and one pair moved a fourth alone). A file larger than a unit is a unit of
+    // its own (it may be striped below).
+    let n = ((total + size / 2) / size).max(1);
     let mut units = Vec::new();
     let mut cur = Unit::default();
+    let (mut before, mut cur_index) = (0u64, 0u64);
     for (path, len) in files {
-        if !cur.paths.is_empty() && (cur.bytes + len > size || cur.paths.len() >= UNIT_FILES) {
+        let index = ((u128::from(before) + u128::from(len / 2)) * u128::from(n) / u128::from(total.max(1))) as u64;
+        let alone = len > size;
+        if !cur.paths.is_empty() && (index != cur_index || alone || cur.paths.len() >= UNIT_FILES) {
             units.push(std::mem::take(&mut cur));
         }
+        before += len;
+        cur_index = index;
         cur.bytes += len;
         cur.paths.push(path);
+        if alone {
+            units.push(std::mem::take(&mut cur));
+        }
     }
     if !cur.paths.is_empty() {
         units.push(cur);
@@ -609,7 +622,12 @@ fn worker(spec: &ClientSpec, source_dir: &str, target: &str, src: Endpoint, dst:
                         *n -= 1;
                         if *n == 0 {
                             left.remove(&st.path);
-                            shared.queue.lock().unwrap().push_front(Unit { paths: vec![st.path.clone()], ..Unit::default() });
+                            // With nothing else left to move, the closing pass publishes it (one
+                            // session fewer at the very end, where nothing runs beside it).
+                            let mut queue = shared.queue.lock().unwrap();
+                            if !queue.is_empty() || shared.busy.load(Ordering::SeqCst) > 1 {
+                                queue.push_front(Unit { paths: vec![st.path.clone()], ..Unit::default() });
+                            }
                         }
                     }
                     shared.busy.fetch_sub(1, Ordering::SeqCst);
@@ -685,5 +703,12 @@ mod tests {
         assert_eq!(count(vec![(b"one".to_vec(), 3 << 30)], 2), 6);
         assert_eq!(count((0..4).map(|i| (vec![b'f', i], 1 << 30)).collect(), 3), 3, "4 × 1 GiB over 3 pairs: one file striped");
         assert_eq!(count((0..4).map(|i| (vec![b'f', i], 1 << 30)).collect(), 2), 0, "4 × 1 GiB over 2 pairs: whole files balance");
+        // Many files of mixed sizes: as many units as 3 per pair, within a few percent of each
+        // other, so the pairs finish together.
+        let files: Vec<Listed> = (0..600u64).map(|i| (format!("h/{i}").into_bytes(), (1 + (i * 7919) % 13) << 20)).collect();
+        let total: u64 = files.iter().map(|f| f.1).sum();
+        let units = cut(files, 3, total, Some(CS as u32));
+        assert_eq!(units.len(), 9, "{:?}", units.iter().map(|u| u.bytes >> 20).collect::<Vec<_>>());
+        assert!(makespan(&units, 3) * 100 <= total.div_ceil(3) * 105, "pairs within 5 %");
     }
 }
