@@ -31,7 +31,7 @@ use crate::net::seal::TAG_LEN;
 use crate::progress::Progress;
 use crate::store::fsops::{self, Beneath, DestRoot, Dir, Tag};
 use crate::store::hashing::hash_file;
-use crate::store::journal::{Journal, JournalHeader};
+use crate::store::journal::{Journal, JournalHeader, Verified};
 use crate::store::layout::{self, Layout};
 use crate::store::posix::PosixSink;
 use crate::store::{self, Sink as _};
@@ -887,7 +887,7 @@ fn entry(ctx: &mut Ctx, e: Entry) -> Result<(), TransferError> {
                 None => None,
                 // Chunk-aligned, and a part of the file only: anything else would make this
                 // session write another stripe's chunks or publish a stripe as the file.
-                Some((start, end)) if start % cs == 0 && (end % cs == 0 || end == e.size) && (start > 0 || end < e.size) => Some((start / cs, end.div_ceil(cs))),
+                Some((start, end)) if start.is_multiple_of(cs) && (end.is_multiple_of(cs) || end == e.size) && (start > 0 || end < e.size) => Some((start / cs, end.div_ceil(cs))),
                 Some(_) => return Err(peer_bug("a stripe not aligned to chunks, or the whole file")),
             };
             let skip = match identical(ctx, &rel, &e) {
@@ -1100,7 +1100,7 @@ fn rehash_claimed(part: &File, size: u64, chunk_size: u32, records: impl IntoIte
 /// its temporary removed before the new header is written, so no stripe joins a stale part.
 /// A journal whose header is still being written (another stripe just made it) is waited for;
 /// one whose header stays unreadable (torn by a crash) is a leftover too.
-fn join_shared_part(dir: &impl std::os::fd::AsFd, tmp: &[u8], jname: &[u8], header: &JournalHeader) -> std::io::Result<(Journal, Vec<(u64, [u8; 32])>)> {
+fn join_shared_part(dir: &impl std::os::fd::AsFd, tmp: &[u8], jname: &[u8], header: &JournalHeader) -> std::io::Result<(Journal, Vec<Verified>)> {
     const WAIT: Duration = Duration::from_millis(5);
     const TRIES: u32 = 400; // 2 s: a header is one write after the create
     for _ in 0..TRIES {

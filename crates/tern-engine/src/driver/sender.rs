@@ -705,7 +705,7 @@ struct WalkJob {
 /// file (it moves and lands as any file), an error when the file no longer has it.
 fn stripe_of(s: &Stripe, size: u64, chunk_size: u32) -> Result<Option<(u64, u64)>, &'static str> {
     let cs = u64::from(chunk_size.max(1));
-    if s.end > size || s.start >= s.end || s.start % cs != 0 || (s.end % cs != 0 && s.end != size) {
+    if s.end > size || s.start >= s.end || !s.start.is_multiple_of(cs) || (!s.end.is_multiple_of(cs) && s.end != size) {
         return Err("changed since it was listed for spreading (its stripe no longer fits it); the transfer's closing pass sends it whole");
     }
     Ok((s.start > 0 || s.end < size).then_some((s.start, s.end)))
