@@ -1500,7 +1500,18 @@ fn service_path_test_regression_notifies_once_when_the_link_is_throttled() {
     let body = json!({ "dest": "tern://198.19.211.2:7788/", "every": 6, "seconds": 5, "streams": 2, "token_file": token.to_str().unwrap(), "alert_below": 0.5, "notify": hook, "label": "throttled" });
     let id = s.client(&transfer).call("POST", "/v1/path-tests", Some(&body)).unwrap()["id"].as_u64().unwrap();
     let started = Instant::now();
-    let base = results_at_least(&s, &transfer, id, 3, Duration::from_secs(90));
+    // Runs that carried nothing under the full suite's load are failed, not counted: 3 good ones.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (base, before): (Vec<Value>, usize) = loop {
+        let all = results_at_least(&s, &transfer, id, 3, Duration::from_secs(90));
+        let before = all.len();
+        let good: Vec<Value> = all.into_iter().filter(|r| r["ok"] == true).collect();
+        if good.len() >= 3 {
+            break (good.into_iter().take(3).collect(), before);
+        }
+        assert!(Instant::now() < deadline, "fewer than 3 good baseline runs: {good:?}");
+        std::thread::sleep(Duration::from_millis(500));
+    };
     let rates: Vec<f64> = base.iter().map(|r| r["many_gbps"].as_f64().unwrap_or_else(|| panic!("baseline run failed: {r}"))).collect();
     println!("baseline at 300 Mb/s: {rates:?} Gb/s ({:?})", started.elapsed());
     // At most the cap; below it when other tests share the 2 cores (the full suite), but far
@@ -1508,8 +1519,8 @@ fn service_path_test_regression_notifies_once_when_the_link_is_throttled() {
     assert!(rates.iter().all(|r| (0.1..=0.345).contains(r)), "{rates:?}");
     assert!(base.iter().all(|r| r["regressed"] == false));
     shape(&link, "change", "30mbit");
-    let all = results_at_least(&s, &transfer, id, 5, Duration::from_secs(90));
-    println!("throttled to 30 Mb/s: {:?} Gb/s ({:?})", all.iter().skip(3).map(|r| r["many_gbps"].as_f64()).collect::<Vec<_>>(), started.elapsed());
+    let all = results_at_least(&s, &transfer, id, before + 2, Duration::from_secs(90));
+    println!("throttled to 30 Mb/s: {:?} Gb/s ({:?})", all.iter().skip(before).map(|r| r["many_gbps"].as_f64()).collect::<Vec<_>>(), started.elapsed());
     // A run that straddled the change may be either; the last one is surely throttled.
     let last = all.last().unwrap();
     assert!(last["regressed"] == true && last["many_gbps"].as_f64().unwrap() < 0.05, "{last}");

@@ -226,6 +226,11 @@ pub fn parse_report(v: &Value, at: i64) -> Option<TestResult> {
         }
         x.as_f64().filter(|n| n.is_finite() && *n >= 0.0)
     };
+    // A carry that moved nothing measured no path (its streams were not up within the step: a
+    // busy host); as a rate it would drag the baseline down or raise a false alert.
+    if f(&["network", "many_gbps"]) == Some(0.0) {
+        return Some(failed(at, "the test carried no data within its step (the hosts were busy, or the data streams did not connect in time); not counted"));
+    }
     Some(TestResult {
         at,
         ok: true,
@@ -278,6 +283,15 @@ mod tests {
 
     fn req(dest: &str, every: Every) -> TestRequest {
         TestRequest { dest: dest.into(), every, streams: None, seconds: None, pull: false, no_encrypt: false, token_file: None, alert_below: None, notify: None, label: None }
+    }
+
+    #[test]
+    fn a_carry_that_moved_nothing_is_a_failed_run_not_a_rate_of_zero() {
+        let v = serde_json::json!({ "type": "test", "network": { "one_gbps": 0.0, "many_gbps": 0.0 } });
+        let r = parse_report(&v, 7).unwrap();
+        assert!(!r.ok && r.many_gbps.is_none() && r.error.as_deref().is_some_and(|e| e.contains("carried no data")), "{r:?}");
+        let v = serde_json::json!({ "type": "test", "network": { "one_gbps": 0.1, "many_gbps": 0.3 } });
+        assert!(parse_report(&v, 7).unwrap().ok);
     }
 
     #[test]
