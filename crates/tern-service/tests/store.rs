@@ -395,3 +395,52 @@ fn store_contract_on_postgres() {
         })
     });
 }
+
+/// Cluster nodes on one PostgreSQL (migrations 0005-0007): every claim names its node
+/// (`run_node`), a restarting node takes back only its own attempts, and the attempts of a node
+/// that left (or fell silent) are re-queued by a live node, never by the dead one's own store.
+/// PostgreSQL only: SQLite serves one node.
+#[test]
+fn cluster_nodes_share_the_job_table_on_postgres() {
+    let Some(server) = pg::Postgres::start() else { return };
+    let url = server.create_db("nodes");
+    let node = |n: &str| tern_service::pg::PgStore::open_as(&url, Some(("site-b".into(), n.into()))).unwrap();
+    let (a, b) = (node("dtn-a"), node("dtn-b"));
+    assert!(a.shared_with_other_nodes() && !tern_service::pg::PgStore::open(&url).unwrap().shared_with_other_nodes());
+    let sql = |q: &str| {
+        let out = server.psql("nodes").args(["-tA", "-c", q]).output().unwrap();
+        assert!(out.status.success(), "{q}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let (ja, jb) = (a.insert_job(&spec(false), None, 1).unwrap().id, a.insert_job(&spec(false), None, 1).unwrap().id);
+    assert_eq!(a.claim_next(2).unwrap().map(|j| j.id), Some(ja));
+    assert_eq!(b.claim_next(2).unwrap().map(|j| j.id), Some(jb), "a job submitted through one node runs on another");
+    assert_eq!(sql(&format!("SELECT run_node FROM jobs WHERE id IN ({ja}, {jb}) ORDER BY id")), "dtn-a\ndtn-b");
+    // dtn-a restarts: its own attempt goes back to the queue, dtn-b's keeps running.
+    assert_eq!(a.recover_interrupted(3).unwrap(), 1);
+    let state = |id: i64| a.get_job(id).unwrap().unwrap().state;
+    assert_eq!((state(ja), state(jb)), (JobState::Queued, JobState::Running));
+    // dtn-b is live: nobody takes its attempt.
+    let register = |n: &str, st: &str, beat_ago_ms: i64| {
+        sql(&format!(
+            "INSERT INTO cluster_nodes (cluster, node, host, version, roots_digest, secret_digest, listen, state, incarnation, heartbeat_ms, heartbeat_at)
+             VALUES ('site-b', '{n}', 'h', 'v', 'r', 's', 'h:1', '{st}', 1, 1000, now() - interval '{beat_ago_ms} milliseconds')
+             ON CONFLICT (cluster, node) DO UPDATE SET state = EXCLUDED.state, heartbeat_at = EXCLUDED.heartbeat_at"
+        ))
+    };
+    register("dtn-a", "active", 0);
+    register("dtn-b", "active", 500);
+    assert_eq!(a.recover_orphans(4).unwrap(), 0, "a live node's attempt is left alone");
+    // Silent for 3 of its heartbeats: a live node re-queues it (the transfer resumes from its
+    // journals); its own store never does.
+    register("dtn-b", "active", 3500);
+    assert_eq!(b.recover_orphans(5).unwrap(), 0, "a node never re-queues its own attempts as orphans");
+    assert_eq!(a.recover_orphans(5).unwrap(), 1);
+    let j = a.get_job(jb).unwrap().unwrap();
+    assert_eq!((j.state, j.attempts), (JobState::Queued, 0), "the interrupted attempt does not count");
+    // A node that left cleanly: the same.
+    assert_eq!(b.claim_next(6).unwrap().map(|j| j.id), Some(ja));
+    register("dtn-b", "left", 0);
+    assert_eq!(a.recover_orphans(7).unwrap(), 1);
+    assert_eq!(state(ja), JobState::Queued);
+}
