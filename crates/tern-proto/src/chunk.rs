@@ -24,6 +24,22 @@ pub fn file_hash<'a>(size: u64, chunk_hashes: impl IntoIterator<Item = &'a [u8; 
     *h.finalize().as_bytes()
 }
 
+/// The chunks `first..end` that the byte range `start..end` of a `size`-byte file covers, if it
+/// is a stripe of it (`Entry::stripe`): whole chunks (the last may end where the file does),
+/// not empty, inside the file. `Ok(None)`: the range is the whole file, which moves and lands as
+/// a file. `Err`: it is not a stripe of this file (a peer's bug, or the file changed).
+pub fn stripe_chunks(start: u64, end: u64, size: u64, chunk_size: u32) -> Result<Option<(u64, u64)>, NotAStripe> {
+    let cs = u64::from(chunk_size.max(1));
+    if start >= end || end > size || !start.is_multiple_of(cs) || (!end.is_multiple_of(cs) && end != size) {
+        return Err(NotAStripe);
+    }
+    Ok((start > 0 || end < size).then(|| (start / cs, end.div_ceil(cs))))
+}
+
+/// A byte range that is not a stripe of the file ([`stripe_chunks`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotAStripe;
+
 /// What a sender's `FileEnd` carries for a stripe (chunks `first..` of a file of `size`
 /// bytes): the receiver checks the stripe's chunks against it as it checks a whole file's
 /// against [`file_hash`]. Keyed apart from it, so one can never pass for the other.
@@ -226,6 +242,17 @@ impl Assembly {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stripes_are_whole_chunks_of_a_part_of_the_file() {
+        assert_eq!(stripe_chunks(8, 16, 20, 4), Ok(Some((2, 4))));
+        assert_eq!(stripe_chunks(16, 20, 22, 4), Ok(Some((4, 5))));
+        assert_eq!(stripe_chunks(16, 22, 22, 4), Ok(Some((4, 6))), "the last chunk ends where the file does");
+        assert_eq!(stripe_chunks(0, 22, 22, 4), Ok(None), "the whole file");
+        for (start, end) in [(2, 8), (8, 10), (8, 8), (12, 8), (16, 24)] {
+            assert_eq!(stripe_chunks(start, end, 22, 4), Err(NotAStripe), "{start}..{end}");
+        }
+    }
 
     #[test]
     fn chunk_math() {

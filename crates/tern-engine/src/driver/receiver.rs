@@ -882,12 +882,11 @@ fn entry(ctx: &mut Ctx, e: Entry) -> Result<(), TransferError> {
         }
         EntryKind::File => {
             let id = e.id;
-            let cs = u64::from(p.options.chunk_size.max(1));
-            let stripe = match e.stripe {
+            let stripe = match e.stripe.map(|(start, end)| tern_proto::chunk::stripe_chunks(start, end, e.size, p.options.chunk_size)) {
                 None => None,
-                // Chunk-aligned, and a part of the file only: anything else would make this
-                // session write another stripe's chunks or publish a stripe as the file.
-                Some((start, end)) if start.is_multiple_of(cs) && (end.is_multiple_of(cs) || end == e.size) && (start > 0 || end < e.size) => Some((start / cs, end.div_ceil(cs))),
+                Some(Ok(Some(chunks))) => Some(chunks),
+                // Anything but whole chunks of a part of the file would make this session write
+                // another stripe's chunks or publish a stripe as the file.
                 Some(_) => return Err(peer_bug("a stripe not aligned to chunks, or the whole file")),
             };
             let skip = match identical(ctx, &rel, &e) {
@@ -989,15 +988,16 @@ fn prepare(ctx: &mut Ctx, id: u64, start_over: bool) -> Result<Vec<(u64, [u8; 32
     let mut journal = None;
     let mut fresh = true;
     let retry = start_over;
-    let mut others: std::ops::Range<u64> = 0..0;
+    // A stripe's chunks (checked at `entry`); empty: the whole file.
+    let mut stripe_chunks: std::ops::Range<u64> = 0..0;
     if let Some((start, end)) = e.stripe {
         // A stripe: the part and journal are shared with the file's other stripes, which may
         // be writing them now from other nodes. Join them (or start them), resume only this
         // stripe's chunks, and never remove what another stripe wrote.
         let header = JournalHeader { size: e.size, mtime_s: e.mtime_s, mtime_ns: e.mtime_ns, chunk_size };
-        let want = u64::from(chunk_size).max(1);
-        let range = start / want..end.div_ceil(want);
-        others = range.clone();
+        let (first, last) = tern_proto::chunk::stripe_chunks(start, end, e.size, chunk_size).ok().flatten().expect("entry() admits only stripes");
+        let range = first..last;
+        stripe_chunks = range.clone();
         let (j, records) = join_shared_part(&*dir, &tmp, &jname, &header).map_err(|err| io("cannot set up the shared partial", &err))?;
         journal = Some(j);
         fresh = false;
@@ -1049,7 +1049,7 @@ fn prepare(ctx: &mut Ctx, id: u64, start_over: bool) -> Result<Vec<(u64, [u8; 32
         file: OnceLock::new(),
         written: OnceLock::new(),
         journal,
-        claimed: Sink::claimed_bits(chunks, &resumed, others),
+        claimed: Sink::claimed_bits(chunks, &resumed, stripe_chunks),
     });
     ctx.sinks.write().unwrap().insert(id, sink);
     Ok(resumed)

@@ -365,8 +365,9 @@ impl Driver<'_> {
                     if kind == EntryKind::File {
                         Progress::add(&progress.files_total, 1);
                         Progress::add(&progress.bytes_total, size);
-                        let cs = u64::from(self.p.options.chunk_size.max(1));
-                        self.machine.announce_stripe(id, size, stripe.map(|(start, end)| (start / cs, end.div_ceil(cs))), info);
+                        // The walk announced only a range that `stripe_of` found to be a stripe.
+                        let chunks = stripe.and_then(|(start, end)| tern_proto::chunk::stripe_chunks(start, end, size, self.p.options.chunk_size).ok().flatten());
+                        self.machine.announce_stripe(id, size, chunks, info);
                     } else {
                         self.machine.announce_other(id, info);
                     }
@@ -704,11 +705,10 @@ struct WalkJob {
 /// The byte range of `s` to announce for a file of `size` bytes now: `None` when it is the whole
 /// file (it moves and lands as any file), an error when the file no longer has it.
 fn stripe_of(s: &Stripe, size: u64, chunk_size: u32) -> Result<Option<(u64, u64)>, &'static str> {
-    let cs = u64::from(chunk_size.max(1));
-    if s.end > size || s.start >= s.end || !s.start.is_multiple_of(cs) || (!s.end.is_multiple_of(cs) && s.end != size) {
-        return Err("changed since it was listed for spreading (its stripe no longer fits it); the transfer's closing pass sends it whole");
+    match tern_proto::chunk::stripe_chunks(s.start, s.end, size, chunk_size) {
+        Ok(chunks) => Ok(chunks.map(|_| (s.start, s.end))),
+        Err(tern_proto::chunk::NotAStripe) => Err("changed since it was listed for spreading (its stripe no longer fits it); the transfer's closing pass sends it whole"),
     }
-    Ok((s.start > 0 || s.end < size).then_some((s.start, s.end)))
 }
 
 /// Multi-link files whose first name the walk remembers, to announce their other names as links.
