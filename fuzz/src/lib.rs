@@ -264,6 +264,7 @@ pub fn session_machines(data: &[u8]) {
     let files = 1 + usize::from(w % 8);
     let mut r: receiver::Receiver<u64> = receiver::Receiver::new(receiver::Window { bytes, files, held: 1 + usize::from(w / 8) % files }, FUZZ_CHUNK);
     let (mut next_id, mut announced_r) = (0u64, 0u64);
+    let mut sizes_r: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
     let mut reads: Vec<sender::Read> = Vec::new();
     let mut finalizing: Vec<u64> = Vec::new();
     // Stripes verified: the driver only closes their parts and answers `finalized`.
@@ -323,6 +324,7 @@ pub fn session_machines(data: &[u8]) {
             // The receiving side: the hostile sender's entries, chunks and messages.
             13 => {
                 r.announce(receiver::FileSpec { id: announced_r, size: (n % 64) * 5, mtime: (0, 0), stripe: fuzz_stripe((n % 64) * 5, hash[0], n) }, announced_r);
+                sizes_r.insert(announced_r, (n % 64) * 5);
                 announced_r += 1;
             }
             14 => r.manifest_end(),
@@ -355,13 +357,20 @@ pub fn session_machines(data: &[u8]) {
         let mut stopped = false;
         while let Some(a) = r.poll_action() {
             match a {
-                receiver::Action::Prepare { id, .. } => match b.u8() % 4 {
+                receiver::Action::Prepare { id, .. } => match b.u8() % 5 {
                     0 => r.prepare_failed(id, Trouble::ResourceLimit, String::new()),
                     1 => r.prepare_failed(id, Trouble::Other, String::new()),
+                    // The store proves sealed chunks (all of them, or all but the last few):
+                    // a file published with nothing asked, or an ordinary resume.
+                    2 => {
+                        let chunks = tern_proto::chunk::chunk_count(sizes_r[&id], FUZZ_CHUNK);
+                        let held = chunks.saturating_sub(u64::from(b.u8() % 3));
+                        r.prepared_sealed(id, (0..held).filter(|_| chunks > 1).map(|i| (i, [i as u8; 32])).collect());
+                    }
                     _ => r.prepared(id, []),
                 },
                 receiver::Action::Finalize { id, .. } => finalizing.push(id),
-                receiver::Action::StripeVerified { id } => stripes.push(id),
+                receiver::Action::StripeVerified { id, .. } => stripes.push(id),
                 receiver::Action::Done { id, payload, .. } => assert_eq!(id, payload),
                 receiver::Action::Stop { .. } => stopped = true,
                 receiver::Action::Want(_) | receiver::Action::AskAgain { .. } | receiver::Action::Abandon { .. } | receiver::Action::Wait(_) | receiver::Action::Throttled { .. } => {}

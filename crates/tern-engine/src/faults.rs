@@ -17,6 +17,8 @@
 //!   (benchmarks compare the final barrier with and without it).
 //! * `TERN_FAULT_EXHAUST_FDS=N:MS` — when the receiver prepares its N-th file, the process
 //!   takes every free descriptor and gives them back MS later (a limit met mid-run).
+//! * `TERN_FAULT_NO_REREAD=1` — the sender fails every read that only hashes a chunk the
+//!   receiver holds (tests that a publish of sealed stripes reads nothing again).
 //! * `TERN_DEBUG_FEATURES=N` — advertise these Hello feature bits instead of ours (tests act
 //!   as an older peer that lacks a feature).
 //! * `TERN_DEBUG_VERSION=V` — a cluster node says it runs tern V (tests of a mixed cluster).
@@ -34,6 +36,7 @@ pub struct Faults {
     pub delay_ms: u64,
     pub no_hash: bool,
     pub no_write_behind: bool,
+    pub no_reread: bool,
     pub features: Option<u64>,
     pub version: Option<String>,
     exhaust: Option<(u64, u64)>,
@@ -51,6 +54,7 @@ pub fn faults() -> &'static Faults {
         delay_ms: 0,
         no_hash: false,
         no_write_behind: false,
+        no_reread: false,
         features: None,
         version: None,
         exhaust: None,
@@ -74,6 +78,7 @@ pub fn faults() -> &'static Faults {
         delay_ms: std::env::var("TERN_FAULT_DELAY_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0),
         no_hash: std::env::var("TERN_DEBUG_NO_HASH").is_ok_and(|v| v == "1"),
         no_write_behind: std::env::var("TERN_DEBUG_NO_WRITE_BEHIND").is_ok_and(|v| v == "1"),
+        no_reread: std::env::var("TERN_FAULT_NO_REREAD").is_ok_and(|v| v == "1"),
         features: std::env::var("TERN_DEBUG_FEATURES").ok().and_then(|v| v.parse().ok()),
         version: std::env::var("TERN_DEBUG_VERSION").ok(),
         exhaust: std::env::var("TERN_FAULT_EXHAUST_FDS").ok().and_then(|v| {

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::chunk::chunk_count;
+use crate::chunk::{chunk_count, stripe_hash};
 
 pub const MAGIC: &[u8; 8] = b"TERNJRN1";
 /// `MAGIC ‖ u64 size ‖ i64 mtime_s ‖ u32 mtime_ns ‖ u32 chunk_size ‖ 8 check bytes`.
@@ -18,6 +18,13 @@ pub const RECORD_LEN: usize = 8 + 32 + 8;
 
 /// One journal record: a chunk index and the hash it verified with.
 pub type Verified = (u64, [u8; 32]);
+
+/// The index field of a seal record has this bit set (no chunk index reaches it): the record
+/// says a stripe's chunks, recorded before it, are verified against the source's stripe hash
+/// and durable (docs/journal.md "Seals").
+pub const SEAL_BIT: u64 = 1 << 63;
+/// Bytes of the stripe hash a seal keeps (the rest of its hash field holds the stripe's end).
+const SEAL_HASH_LEN: usize = 24;
 
 /// What the journal was written for: a different source or chunking invalidates it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +92,16 @@ pub fn encode_record(index: u64, hash: &[u8; 32]) -> [u8; RECORD_LEN] {
     rec
 }
 
+/// A seal of the stripe of chunks `first..end` whose chunks added up to `stripe_hash`
+/// ([`crate::chunk::stripe_hash`]), written after its data was made durable.
+pub fn encode_seal(first: u64, end: u64, stripe_hash: &[u8; 32]) -> [u8; RECORD_LEN] {
+    assert!(first < end && end < SEAL_BIT, "a seal covers chunks {first}..{end}");
+    let mut field = [0u8; 32];
+    field[..8].copy_from_slice(&end.to_be_bytes());
+    field[8..].copy_from_slice(&stripe_hash[..SEAL_HASH_LEN]);
+    encode_record(SEAL_BIT | first, &field)
+}
+
 /// One record; `None` if it is short (torn) or its check bytes do not match.
 pub fn decode_record(rec: &[u8]) -> Option<Verified> {
     if rec.len() < RECORD_LEN || check(&rec[..40]) != rec[40..RECORD_LEN] {
@@ -99,16 +116,23 @@ pub fn decode_record(rec: &[u8]) -> Option<Verified> {
 /// replay (everything before it stands), and a chunk recorded twice (it was re-sent after a
 /// resume found its data missing) keeps its latest hash. Memory is bounded by the records fed
 /// and by the header's chunk count, whichever is smaller.
+///
+/// A seal (of a stripe whose every chunk is recorded before it and adds up to the seal's stripe
+/// hash) marks those chunks sealed: verified against the source and durable, so resume may
+/// trust them without reading them back. A chunk recorded again after its seal is unsealed (its
+/// data was written again and is not known durable). A seal that does not add up is ignored.
 #[derive(Debug)]
 pub struct Replay {
+    size: u64,
     chunks: u64,
-    records: BTreeMap<u64, [u8; 32]>,
+    /// Hash, and sealed.
+    records: BTreeMap<u64, ([u8; 32], bool)>,
     ended: bool,
 }
 
 impl Replay {
     pub fn new(header: &JournalHeader) -> Self {
-        Self { chunks: header.chunks(), records: BTreeMap::new(), ended: false }
+        Self { size: header.size, chunks: header.chunks(), records: BTreeMap::new(), ended: false }
     }
 
     /// Feeds the next record's bytes; false once the replay has ended (stop feeding).
@@ -118,7 +142,11 @@ impl Replay {
         }
         match decode_record(rec) {
             Some((index, hash)) if index < self.chunks => {
-                self.records.insert(index, hash);
+                self.records.insert(index, (hash, false));
+                true
+            }
+            Some((seal, field)) if seal & SEAL_BIT != 0 => {
+                self.seal(seal & !SEAL_BIT, &field);
                 true
             }
             _ => {
@@ -128,9 +156,29 @@ impl Replay {
         }
     }
 
+    fn seal(&mut self, first: u64, field: &[u8; 32]) {
+        let end = u64::from_be_bytes(field[..8].try_into().expect("8 bytes"));
+        if first >= end || end > self.chunks {
+            return;
+        }
+        let hashes: Option<Vec<[u8; 32]>> = (first..end).map(|i| self.records.get(&i).map(|(h, _)| *h)).collect();
+        let Some(hashes) = hashes else { return };
+        if stripe_hash(self.size, first, &hashes)[..SEAL_HASH_LEN] != field[8..] {
+            return;
+        }
+        for (_, (_, sealed)) in self.records.range_mut(first..end) {
+            *sealed = true;
+        }
+    }
+
     /// The verified chunks, one per index, in index order.
     pub fn finish(self) -> Vec<Verified> {
-        self.records.into_iter().collect()
+        self.records.into_iter().map(|(i, (h, _))| (i, h)).collect()
+    }
+
+    /// The verified chunks, one per index, in index order, each with whether it is sealed.
+    pub fn finish_sealed(self) -> Vec<(u64, [u8; 32], bool)> {
+        self.records.into_iter().map(|(i, (h, s))| (i, h, s)).collect()
     }
 }
 
@@ -182,6 +230,38 @@ mod tests {
         // Repeats keep the latest hash: at most one record per chunk.
         let b = journal(&[(2, [1; 32]), (0, [2; 32]), (2, [3; 32]), (2, [4; 32])]);
         assert_eq!(parse_journal(&b).unwrap().1, vec![(0, [2; 32]), (2, [4; 32])]);
+    }
+
+    #[test]
+    fn a_seal_marks_its_recorded_chunks_and_a_later_record_unseals_one() {
+        let replay = |b: &[u8]| {
+            let mut r = Replay::new(&H);
+            for rec in b[HEADER_LEN..].chunks(RECORD_LEN) {
+                assert!(r.push(rec), "a seal never ends the replay");
+            }
+            r.finish_sealed()
+        };
+        let good = stripe_hash(H.size, 1, &[[2; 32], [3; 32]]);
+        let mut b = journal(&[(0, [1; 32]), (1, [2; 32]), (2, [3; 32])]);
+        b.extend_from_slice(&encode_seal(1, 3, &good));
+        assert_eq!(replay(&b), vec![(0, [1; 32], false), (1, [2; 32], true), (2, [3; 32], true)]);
+        assert_eq!(parse_journal(&b).unwrap().1.len(), 3, "a seal is not a chunk");
+        let mut again = b.clone();
+        again.extend_from_slice(&encode_record(2, &[9; 32]));
+        assert_eq!(replay(&again)[1..], [(1, [2; 32], true), (2, [9; 32], false)]);
+        // A seal whose chunks add up to another stripe, or that covers an unrecorded chunk, or
+        // reaches past the file, seals nothing.
+        for seal in [encode_seal(1, 3, &[7; 32]), encode_seal(0, 4, &good), encode_seal(2, 9, &good)] {
+            let mut bad = journal(&[(0, [1; 32]), (1, [2; 32]), (2, [3; 32])]);
+            bad.extend_from_slice(&seal);
+            assert!(replay(&bad).iter().all(|&(_, _, sealed)| !sealed));
+        }
+        // A seal recorded before its chunks seals nothing either: it speaks of what precedes it.
+        let mut early = H.encode().to_vec();
+        early.extend_from_slice(&encode_seal(1, 3, &good));
+        early.extend_from_slice(&encode_record(1, &[2; 32]));
+        early.extend_from_slice(&encode_record(2, &[3; 32]));
+        assert!(replay(&early).iter().all(|&(_, _, sealed)| !sealed));
     }
 
     #[test]

@@ -235,10 +235,12 @@ fn observe(m: &Control, book: &Mutex<Book>, progress: &Progress, memory: &Mutex<
             let wanted = book.wanted.remove(id);
             if let Some(f) = book.files.get_mut(id).filter(|f| !f.2) {
                 f.2 = true;
-                Progress::add(&progress.bytes, wanted.unwrap_or(f.1));
+                Progress::add(&progress.bytes, wanted.unwrap_or(0));
             }
         }
         Control::FileDone(ids) => {
+            // A file never wanted moved nothing here (its sealed stripes were published as
+            // they lay: docs/journal.md "Seals").
             let mut memory = memory.lock().unwrap();
             for id in ids {
                 let stripe = book.stripes.contains(id);
@@ -246,7 +248,7 @@ fn observe(m: &Control, book: &Mutex<Book>, progress: &Progress, memory: &Mutex<
                 if let Some(f) = book.files.get_mut(id) {
                     if !f.2 {
                         f.2 = true;
-                        Progress::add(&progress.bytes, wanted.unwrap_or(f.1));
+                        Progress::add(&progress.bytes, wanted.unwrap_or(0));
                     }
                     if !stripe && memory.finished.insert(&f.0) {
                         progress.landed(&f.0, f.1);

@@ -31,7 +31,7 @@ use crate::net::seal::TAG_LEN;
 use crate::progress::Progress;
 use crate::store::fsops::{self, Beneath, DestRoot, Dir, Tag};
 use crate::store::hashing::hash_file;
-use crate::store::journal::{Journal, JournalHeader, Verified};
+use crate::store::journal::{Journal, JournalHeader};
 use crate::store::layout::{self, Layout};
 use crate::store::posix::PosixSink;
 use crate::store::{self, Sink as _};
@@ -646,7 +646,8 @@ fn drive(ctx: &mut Ctx) -> Result<(), TransferError> {
     while let Some(action) = ctx.machine.poll_action() {
         match action {
             Action::Prepare { id, start_over } => match prepare(ctx, id, start_over) {
-                Ok(resumed) => ctx.machine.prepared(id, resumed),
+                Ok(Prepared { resumed, sealed: true }) => ctx.machine.prepared_sealed(id, resumed),
+                Ok(Prepared { resumed, sealed: false }) => ctx.machine.prepared(id, resumed),
                 Err(err) => {
                     let (trouble, message) = (trouble(err.kind), err.message.clone());
                     ctx.stashed.insert(id, err);
@@ -672,10 +673,14 @@ fn drive(ctx: &mut Ctx) -> Result<(), TransferError> {
                 let sink = ctx.sinks.read().unwrap().get(&id).cloned().expect("a receiving file has its sink");
                 let _ = ctx.finalize.send(ToFinalize { id, sink, expected: file_hash, more_coming });
             }
-            Action::StripeVerified { id } => {
-                // Closing its descriptors is all: the part and journal stay, shared with the
-                // file's other stripes and read back by the session that publishes it.
-                ctx.sinks.write().unwrap().remove(&id);
+            Action::StripeVerified { id, first, end, stripe_hash } => {
+                // The part and journal stay, shared with the file's other stripes. Its data made
+                // durable and the stripe sealed, the session that publishes the file trusts these
+                // chunks without reading them back (docs/journal.md "Seals"); a seal that cannot
+                // be written costs only that read.
+                if let Some(sink) = ctx.sinks.write().unwrap().remove(&id) {
+                    seal_stripe(&sink, first, end, &stripe_hash, !ctx.p.options.fsync_none());
+                }
                 ctx.done_ids.push(id);
                 ctx.machine.finalized(id);
             }
@@ -968,9 +973,42 @@ fn plan(ctx: &Ctx, action: PlanAction, path: Vec<u8>) -> Result<(), TransferErro
     ctx.writer.send(&Control::Plan { action, path })
 }
 
+/// What the store proves it holds of a file being set up.
+struct Prepared {
+    /// Chunks its journal claims whose data is there (re-hashed, or sealed).
+    resumed: Vec<(u64, [u8; 32])>,
+    /// Every chunk of the (whole) file is sealed: verified against the source and durable.
+    sealed: bool,
+}
+
+/// Makes a verified stripe's data durable and seals it in the shared journal (`durable`
+/// false: `--fsync none`, nothing to seal). Write-behind started each chunk's writeback as it
+/// landed, so the flush waits only for the tail. Nothing here fails the stripe: without a
+/// seal, the publishing session re-reads its chunks instead of trusting them.
+fn seal_stripe(sink: &Sink, first: u64, end: u64, stripe_hash: &[u8; 32], durable: bool) {
+    let Some(journal) = sink.journal.as_ref().filter(|_| durable) else { return };
+    let opened;
+    let file = match sink.file.get() {
+        Some(Ok(f)) => f,
+        _ => match sink.dir().and_then(|dir| fsops::open_read(&*dir, &sink.tmp)) {
+            Ok(f) => {
+                opened = f;
+                &opened
+            }
+            Err(e) => return tracing::debug!("stripe {first}..{end} not sealed: {}", err_text(&e)),
+        },
+    };
+    if let Err(e) = rustix::fs::fdatasync(file) {
+        return tracing::debug!("stripe {first}..{end} not sealed: {e}");
+    }
+    if let Err(e) = journal.seal(first, end, stripe_hash) {
+        tracing::debug!("stripe {first}..{end} not sealed: {}", err_text(&e));
+    }
+}
+
 /// Sets up the part of a file and says which chunks its journal proves are already here.
 /// `start_over`: the file's earlier data did not add up to the source's; discard it.
-fn prepare(ctx: &mut Ctx, id: u64, start_over: bool) -> Result<Vec<(u64, [u8; 32])>, TransferError> {
+fn prepare(ctx: &mut Ctx, id: u64, start_over: bool) -> Result<Prepared, TransferError> {
     crate::faults::faults().preparing_file();
     let chunk_size = ctx.p.options.chunk_size;
     let (rel, e) = {
@@ -985,6 +1023,7 @@ fn prepare(ctx: &mut Ctx, id: u64, start_over: bool) -> Result<Vec<(u64, [u8; 32
     let (tmp, jname) = dir.tag.temp_names(name);
     let chunks = chunk_count(e.size, chunk_size);
     let mut resumed = Vec::new();
+    let mut sealed = false;
     let mut journal = None;
     let mut fresh = true;
     let retry = start_over;
@@ -1002,17 +1041,18 @@ fn prepare(ctx: &mut Ctx, id: u64, start_over: bool) -> Result<Vec<(u64, [u8; 32
         journal = Some(j);
         fresh = false;
         if !retry && let Ok(part) = fsops::open_read(&*dir, &tmp) {
-            let reused = rehash_claimed(&part, e.size, chunk_size, records.into_iter().filter(|(i, _)| range.contains(i)), &mut resumed);
+            let (reused, _) = rehash_claimed(&part, e.size, chunk_size, records.into_iter().filter(|(i, _, _)| range.contains(i)), &mut resumed);
             Progress::add(&ctx.p.progress.bytes_skipped, reused);
         }
     } else if chunks > 1 && !retry {
         let header = JournalHeader { size: e.size, mtime_s: e.mtime_s, mtime_ns: e.mtime_ns, chunk_size };
         if !fresh_dir
-            && let Some((h, records)) = Journal::read(&*dir, &jname).map_err(|err| io("cannot read journal", &err))?
+            && let Some((h, records)) = Journal::read_sealed(&*dir, &jname).map_err(|err| io("cannot read journal", &err))?
             && h == header
             && let Ok(part) = fsops::open_read(&*dir, &tmp)
         {
-            let reused = rehash_claimed(&part, e.size, chunk_size, records, &mut resumed);
+            let (reused, all_sealed) = rehash_claimed(&part, e.size, chunk_size, records, &mut resumed);
+            sealed = all_sealed;
             Progress::add(&ctx.p.progress.bytes_skipped, reused);
             fresh = false;
             journal = Some(Journal::reopen(&*dir, &jname).map_err(|err| io("cannot open journal", &err))?);
@@ -1052,19 +1092,34 @@ fn prepare(ctx: &mut Ctx, id: u64, start_over: bool) -> Result<Vec<(u64, [u8; 32
         claimed: Sink::claimed_bits(chunks, &resumed, stripe_chunks),
     });
     ctx.sinks.write().unwrap().insert(id, sink);
-    Ok(resumed)
+    Ok(Prepared { resumed, sealed })
 }
 
 /// Re-hashes what a journal claims, keeping the chunks whose data still matches (after a power
-/// loss it may claim more than reached the disk: docs/journal.md). Returns the bytes kept.
-/// A large claim (a spread file's publish re-reads all of it) is hashed on several threads.
-fn rehash_claimed(part: &File, size: u64, chunk_size: u32, records: impl IntoIterator<Item = (u64, [u8; 32])>, resumed: &mut Vec<(u64, [u8; 32])>) -> u64 {
+/// loss it may claim more than reached the disk: docs/journal.md); sealed chunks (verified
+/// against the source and made durable before their seal) are kept unread. Returns the bytes
+/// kept, and whether every chunk of the file was sealed. A large claim is hashed on several
+/// threads.
+fn rehash_claimed(part: &File, size: u64, chunk_size: u32, records: impl IntoIterator<Item = (u64, [u8; 32], bool)>, resumed: &mut Vec<(u64, [u8; 32])>) -> (u64, bool) {
     /// Claims of fewer chunks than this are hashed here: a thread costs more than they do.
     const PER_THREAD: usize = 8;
     const MAX_THREADS: usize = 8;
     let chunks = chunk_count(size, chunk_size);
     let mut seen = tern_proto::chunk::ChunkSet::new(chunks);
-    let claims: Vec<(u64, [u8; 32])> = records.into_iter().filter(|&(index, _)| index < chunks && seen.insert(index)).collect();
+    let (mut sealed, mut trusted) = (0u64, 0u64);
+    let mut claims: Vec<(u64, [u8; 32])> = Vec::new();
+    for (index, hash, is_sealed) in records {
+        if index >= chunks || !seen.insert(index) {
+            continue;
+        }
+        if is_sealed {
+            sealed += 1;
+            trusted += u64::from(chunk_range(size, chunk_size, index).1);
+            resumed.push((index, hash));
+        } else {
+            claims.push((index, hash));
+        }
+    }
     let check = |share: &[(u64, [u8; 32])]| -> Vec<(u64, [u8; 32], u64)> {
         let mut buf = vec![0u8; chunk_size as usize];
         share
@@ -1087,12 +1142,12 @@ fn rehash_claimed(part: &File, size: u64, chunk_size: u32, records: impl IntoIte
             handles.into_iter().flat_map(|(c, h)| h.ok().and_then(|h| h.join().ok()).unwrap_or_else(|| check(c))).collect()
         })
     };
-    let mut reused = 0;
+    let mut reused = trusted;
     for (index, hash, len) in kept {
         resumed.push((index, hash));
         reused += len;
     }
-    reused
+    (reused, sealed == chunks)
 }
 
 /// Joins the partial file and journal that a file's stripes share, starting them if this is the
@@ -1100,11 +1155,11 @@ fn rehash_claimed(part: &File, size: u64, chunk_size: u32, records: impl IntoIte
 /// its temporary removed before the new header is written, so no stripe joins a stale part.
 /// A journal whose header is still being written (another stripe just made it) is waited for;
 /// one whose header stays unreadable (torn by a crash) is a leftover too.
-fn join_shared_part(dir: &impl std::os::fd::AsFd, tmp: &[u8], jname: &[u8], header: &JournalHeader) -> std::io::Result<(Journal, Vec<Verified>)> {
+fn join_shared_part(dir: &impl std::os::fd::AsFd, tmp: &[u8], jname: &[u8], header: &JournalHeader) -> std::io::Result<(Journal, Vec<(u64, [u8; 32], bool)>)> {
     const WAIT: Duration = Duration::from_millis(5);
     const TRIES: u32 = 400; // 2 s: a header is one write after the create
     for _ in 0..TRIES {
-        match Journal::read(dir, jname)? {
+        match Journal::read_sealed(dir, jname)? {
             Some((h, records)) if &h == header => return Ok((Journal::reopen(dir, jname)?, records)),
             Some(_) => break,
             None => {

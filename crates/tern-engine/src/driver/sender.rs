@@ -904,6 +904,11 @@ fn send_worker(mut conn: DataConn, work: Receiver<Work>, events: Sender<Event>, 
         }
         let hash = chunk_hash(data);
         if w.hash_only {
+            if faults.no_reread {
+                let error = TransferError::file(Side::Source, w.file.path.display().to_string(), "read again only to hash it (TERN_FAULT_NO_REREAD)");
+                let _ = events.send(Event::ReadFailed { id: w.id, error });
+                continue;
+            }
             let _ = events.send(Event::Sent { id: w.id, chunk: w.chunk, hash, len: w.len, hash_only: true, resend: false });
             continue;
         }

@@ -6,7 +6,7 @@ use std::io::{self, BufReader, Read, Write};
 use std::os::fd::AsFd;
 
 use rustix::fs::{self as rfs, Mode, OFlags};
-use tern_proto::journal::{HEADER_LEN, RECORD_LEN, Replay, encode_record};
+use tern_proto::journal::{HEADER_LEN, RECORD_LEN, Replay, encode_record, encode_seal};
 pub(crate) use tern_proto::journal::{JournalHeader, Verified};
 
 /// Reads up to `buf.len()` bytes; fewer only at the end of the file.
@@ -63,9 +63,20 @@ impl Journal {
         (&self.file).write_all(&encode_record(index, hash))
     }
 
+    /// Seals the stripe of chunks `first..end` (docs/journal.md "Seals"): call only once its
+    /// chunks are verified against the source's stripe hash and their data is durable.
+    pub(crate) fn seal(&self, first: u64, end: u64, stripe_hash: &[u8; 32]) -> io::Result<()> {
+        (&self.file).write_all(&encode_seal(first, end, stripe_hash))
+    }
+
     /// Reads a journal: its header and the records up to the first torn or corrupt one.
     /// `None` if there is no journal or its header is unreadable.
     pub(crate) fn read(dir: &impl AsFd, name: &[u8]) -> io::Result<Option<(JournalHeader, Vec<Verified>)>> {
+        Ok(Self::read_sealed(dir, name)?.map(|(h, claims)| (h, claims.into_iter().map(|(i, hash, _)| (i, hash)).collect())))
+    }
+
+    /// [`Journal::read`], each chunk with whether a seal says it is durable and verified.
+    pub(crate) fn read_sealed(dir: &impl AsFd, name: &[u8]) -> io::Result<Option<(JournalHeader, Vec<(u64, [u8; 32], bool)>)>> {
         let fd = match rfs::openat(dir, name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
             Ok(fd) => fd,
             Err(rustix::io::Errno::NOENT) => return Ok(None),
@@ -87,8 +98,7 @@ impl Journal {
                 break;
             }
         }
-        let records = replay.finish();
-        Ok(Some((header, records)))
+        Ok(Some((header, replay.finish_sealed())))
     }
 }
 

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use super::Trouble;
 use crate::Side;
-use crate::chunk::{Assembly, chunk_range, file_hash};
+use crate::chunk::{Assembly, chunk_range, file_hash, stripe_hash};
 use crate::msg::WantFile;
 
 /// Corrupt deliveries of one file's chunks before the file is given up (the path or a host's
@@ -87,10 +87,11 @@ pub enum Action<T> {
     /// The chunks add up to a different file than the sender's: throw away the part and its
     /// journal (the file starts over or fails; a `Done` or `Prepare` follows).
     Abandon { id: u64 },
-    /// Every chunk of a stripe is verified and they add up to the sender's stripe hash: close
+    /// Every chunk of a stripe (`first..end`) is verified and they add up to the sender's
+    /// stripe hash (`stripe_hash`): make its data durable and seal it in the journal, close
     /// the part, publish nothing (the part and its journal stay for the file's other stripes
     /// and the session that publishes it). Answered with [`Receiver::finalized`].
-    StripeVerified { id: u64 },
+    StripeVerified { id: u64, first: u64, end: u64, stripe_hash: [u8; 32] },
     /// The file is finished and forgotten; `payload` is what the driver gave at `announce`.
     Done { id: u64, payload: T, outcome: Outcome },
     /// The process ran out of descriptors (or memory) with nothing of this session in flight
@@ -243,6 +244,26 @@ impl<T> Receiver<T> {
         self.peak = (self.peak.0.max(self.receiving + self.finalizing), self.peak.1.max(self.holding));
         self.batch.push(WantFile { id, ranges });
         // A file the store already holds whole (or an empty one) waits only for the hash.
+    }
+
+    /// The part is set up and the store proves it holds every chunk of the file verified
+    /// against the source and durable (`hashes`: the sealed stripes of a file spread over
+    /// several node pairs, docs/journal.md "Seals"): nothing is asked for or read again, and
+    /// the file goes to be published with the hash its chunks add up to. The sender hears of
+    /// it by the `FileDone` alone (its size and mtime, announced this session, matched the
+    /// journal's). If the hashes leave a chunk out, this is [`Receiver::prepared`].
+    pub fn prepared_sealed(&mut self, id: u64, hashes: Vec<(u64, [u8; 32])>) {
+        self.prepared(id, hashes);
+        let f = self.files.get_mut(&id).expect("just prepared");
+        let a = f.assembly.as_mut().expect("just prepared");
+        if a.is_stripe() || a.chunks() < 2 || !a.verified().is_full() {
+            return;
+        }
+        let hash = file_hash(a.size, (0..a.chunks()).map(|i| a.hash_of(i).expect("every chunk held")));
+        a.set_expected(hash);
+        let last = self.batch.pop().expect("prepared() queued its want");
+        debug_assert!(last.id == id && last.ranges.is_empty(), "a sealed file wants nothing");
+        self.try_complete(id);
     }
 
     /// Setting the part up failed. A process limit (descriptors, memory) is waited out with
@@ -439,13 +460,16 @@ impl<T> Receiver<T> {
             }
             return;
         }
-        let stripe = a.is_stripe();
-        let hash = (!stripe).then(|| file_hash(a.size, (0..a.chunks()).map(|i| a.hash_of(i).expect("every chunk verified"))));
+        let every = |range: std::ops::Range<u64>| range.map(|i| a.hash_of(i).expect("every chunk verified"));
+        let wanted = a.wanted();
+        let stripe = a.is_stripe().then(|| (wanted.start, wanted.end, stripe_hash(a.size, wanted.start, every(wanted.clone()))));
+        let hash = stripe.is_none().then(|| file_hash(a.size, every(0..a.chunks())));
         f.state = State::Finalizing;
         f.assembly = None;
         self.finalizing += 1;
         let Some(hash) = hash else {
-            self.actions.push_back(Action::StripeVerified { id });
+            let (first, end, stripe_hash) = stripe.expect("a stripe when not a file");
+            self.actions.push_back(Action::StripeVerified { id, first, end, stripe_hash });
             return;
         };
         // With the window full, nothing more can arrive before this batch is done: do not wait.
@@ -591,7 +615,7 @@ mod tests {
         assert_eq!(r.chunk_stored(0, 4, h(4), false), Err(Refused::ChunkOutOfRange), "another stripe's chunk");
         r.chunk_stored(0, 3, h(3), false).unwrap();
         r.file_end(0, crate::chunk::stripe_hash(size, 2, &[h(2), h(3)]), size, (1, 2)).unwrap();
-        assert!(matches!(drain(&mut r)[..], [Action::StripeVerified { id: 0 }]), "verified, never finalized under its name");
+        assert!(matches!(drain(&mut r)[..], [Action::StripeVerified { id: 0, first: 2, end: 4, .. }]), "verified, never finalized under its name");
         r.finalized(0);
         assert!(matches!(drain(&mut r)[..], [Action::Done { id: 0, outcome: Outcome::Landed, .. }]));
 
@@ -604,6 +628,25 @@ mod tests {
         let a = drain(&mut r);
         assert!(a.iter().all(|a| !matches!(a, Action::Abandon { .. })), "the part is the other stripes' too: {a:?}");
         assert!(a.iter().any(|a| matches!(a, Action::Prepare { id: 1, start_over: true })), "{a:?}");
+    }
+
+    #[test]
+    fn a_file_of_sealed_stripes_is_published_without_asking_the_sender() {
+        let size = 6 * u64::from(CHUNK);
+        let mut r = machine(1 << 30, 4);
+        r.announce(spec(0, size), "f");
+        assert!(matches!(r.poll_action(), Some(Action::Prepare { id: 0, start_over: false })));
+        r.prepared_sealed(0, (0..6).map(|i| (i, h(i))).collect());
+        let want = file_hash(size, &(0..6).map(h).collect::<Vec<_>>());
+        assert_eq!(drain(&mut r), vec![Action::Finalize { id: 0, file_hash: want, more_coming: false }], "no Want: the sender reads nothing");
+        r.finalized(0);
+        assert!(matches!(drain(&mut r)[..], [Action::Done { id: 0, outcome: Outcome::Landed, .. }]));
+
+        // Seals that leave a chunk out are an ordinary resume: the rest is asked for.
+        r.announce(spec(1, size), "f");
+        assert!(matches!(r.poll_action(), Some(Action::Prepare { id: 1, .. })));
+        r.prepared_sealed(1, (0..5).map(|i| (i, h(i))).collect());
+        assert!(matches!(&drain(&mut r)[..], [Action::Want(w)] if w[0].ranges == vec![(5, 1)]));
     }
 
     #[test]
