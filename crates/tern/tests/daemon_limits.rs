@@ -146,6 +146,12 @@ fn held_session(d: &Daemon) -> (CtrlReader, CtrlWriter, TcpStream) {
 
 /// A control connection that passed TLS, Hello and Auth with the daemon's token.
 fn authenticated(d: &Daemon) -> (CtrlReader, CtrlWriter, TcpStream) {
+    let (r, w, sock, _key) = authenticated_keyed(d);
+    (r, w, sock)
+}
+
+/// As [`authenticated`], with the session key (data streams prove themselves with it).
+fn authenticated_keyed(d: &Daemon) -> (CtrlReader, CtrlWriter, TcpStream, [u8; 32]) {
     let sock = TcpStream::connect(("127.0.0.1", d.port)).unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     (&sock).write_all(b"C").unwrap();
@@ -154,8 +160,8 @@ fn authenticated(d: &Daemon) -> (CtrlReader, CtrlWriter, TcpStream) {
     let w = CtrlWriter::new(halves.writer);
     let secret = fs::read(&d.token).unwrap();
     let key = tern_proto::auth::token_key(secret.trim_ascii());
-    tern_engine::net::handshake::client(&mut r, &w, &key, &exporter, "the daemon", false, None).unwrap();
-    (r, w, sock)
+    let (session_key, ..) = tern_engine::net::handshake::client(&mut r, &w, &key, &exporter, "the daemon", false, None).unwrap();
+    (r, w, sock, session_key)
 }
 
 #[test]
@@ -389,4 +395,254 @@ fn serve_reads_a_configuration_file_and_the_command_line_wins() {
     cmd.args(["serve", "--config", conf.to_str().unwrap(), "--root", root.to_str().unwrap(), "--token-file", t.path().join("token").to_str().unwrap()]);
     let out = run_bounded(cmd, Duration::from_secs(20));
     assert!(out.status.code() == Some(2) && String::from_utf8_lossy(&out.stderr).contains("world-writable"), "{out:?}");
+}
+
+// Stripes (docs/protocol.md "Stripes") against a receiving daemon, from a sender that lies. The
+// file is four chunks of the smallest chunk size; an honest stripe is chunks 0..2 or 2..4.
+
+const CS: u64 = tern_proto::limits::MIN_CHUNK_SIZE as u64;
+const SIZE: u64 = 4 * CS;
+
+/// The honest content of chunk `i`: never zeros, so a hole is never mistaken for it.
+fn honest(i: u64) -> Vec<u8> {
+    vec![b'a' + i as u8; CS as usize]
+}
+
+fn honest_hashes() -> Vec<[u8; 32]> {
+    (0..4).map(|i| *blake3::hash(&honest(i)).as_bytes()).collect()
+}
+
+/// `big.bin` (id 0), whole or the bytes `start..end` of it.
+fn big(stripe: Option<(u64, u64)>) -> tern_proto::Entry {
+    tern_proto::Entry { id: 0, kind: tern_proto::EntryKind::File, path: b"big.bin".to_vec(), size: SIZE, mode: 0o644, mtime_s: 1_700_000_000, mtime_ns: 0, target: Vec::new(), hash: None, stripe }
+}
+
+/// A hand-driven sender pushing into the daemon's `/copy` (contents mode: entries land under
+/// it as named), with one unencrypted data stream whose chunk frames it writes itself.
+struct Push {
+    r: CtrlReader,
+    w: CtrlWriter,
+    _sock: TcpStream,
+    data: tern_engine::net::datastream::DataConn,
+    seq: u64,
+}
+
+impl Push {
+    fn open(d: &Daemon) -> Push {
+        let (mut r, w, sock, key) = authenticated_keyed(d);
+        let mut o = Options { chunk_size: CS as u32, streams: 1, ..Options::default() };
+        o.set_recursive(true);
+        o.set_contents(true);
+        // Plain frames with a tag per chunk: no AEAD to reproduce by hand.
+        o.set_no_encrypt(true);
+        w.send(&Control::Open { server_role: Role::Receiver, options: o, sources: vec![b"/src".to_vec()], destination: b"/copy".to_vec() }).unwrap();
+        let (session_id, data_addr) = match r.recv().unwrap() {
+            Control::Ready { session_id, data_addr, .. } => (session_id, String::from_utf8(data_addr).unwrap()),
+            other => panic!("expected Ready, got {other:?}"),
+        };
+        let auth = tern_engine::net::datastream::StreamAuth { session_id, session_key: key, encrypt: false };
+        let data = tern_engine::net::datastream::connect_stream(TcpStream::connect(&data_addr).unwrap(), &auth, 0, None).unwrap();
+        Push { r, w, _sock: sock, data, seq: 0 }
+    }
+
+    fn announce(&self, e: tern_proto::Entry) {
+        let bytes = e.stripe.map_or(e.size, |(s, end)| end - s);
+        self.w.send(&Control::Entries(vec![e])).unwrap();
+        self.w.send(&Control::ManifestEnd { files: 1, bytes }).unwrap();
+    }
+
+    /// Chunk `index` of file 0 carrying `data`, its hash and tag right: only what it claims
+    /// to be is a lie.
+    fn chunk(&mut self, index: u64, data: &[u8]) {
+        let mut h = tern_proto::data::ChunkHeader { flags: 0, file_id: 0, index, offset: index * CS, hash: *blake3::hash(data).as_bytes(), tag: [0; 32] };
+        h.tag = h.compute_tag(self.data.tag_key.as_ref().expect("a plain stream is tagged"), self.seq);
+        self.seq += 1;
+        let mut frame = tern_proto::data::ChunkHeader::frame_header(data.len()).to_vec();
+        frame.extend_from_slice(&h.encode());
+        frame.extend_from_slice(data);
+        self.data.stream.write_all(&frame).unwrap();
+        self.data.stream.flush().unwrap();
+    }
+
+    /// Serves the daemon's `Want`s for file 0 with honest chunks (plus `extra` frames sent
+    /// first) and ends each round with a `FileEnd` carrying `hash`, until it answers with
+    /// `FileDone`, `FileError` or `Fatal` (returned) or closes (a `Fatal` of that text).
+    fn serve(&mut self, hash: [u8; 32], extra: &[(u64, Vec<u8>)]) -> (Control, usize) {
+        let mut rounds = 0;
+        loop {
+            let m = match self.r.recv() {
+                Ok(m) => m,
+                Err(e) => return (Control::Fatal { side: tern_proto::msg::Side::Network, message: format!("connection: {e}") }, rounds),
+            };
+            match m {
+                Control::Want(files) => {
+                    rounds += 1;
+                    for (i, data) in extra {
+                        self.chunk(*i, data);
+                    }
+                    for f in files.iter().filter(|f| f.id == 0) {
+                        for &(first, n) in &f.ranges {
+                            for i in first..first + u64::from(n) {
+                                self.chunk(i, &honest(i));
+                            }
+                        }
+                    }
+                    self.w.send(&Control::FileEnd { id: 0, file_hash: hash, size: SIZE, mtime_s: 1_700_000_000, mtime_ns: 0 }).unwrap();
+                }
+                m @ (Control::FileDone(_) | Control::FileError { .. } | Control::Fatal { .. }) => return (m, rounds),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Every path under `top` outside `root`: what a session writing out of its root would add.
+fn outside(top: &std::path::Path, root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![top.to_path_buf()];
+    while let Some(dir) = todo.pop() {
+        for e in fs::read_dir(&dir).unwrap().flatten() {
+            let p = e.path();
+            if p.starts_with(root) {
+                continue;
+            }
+            if e.file_type().unwrap().is_dir() {
+                todo.push(p.clone());
+            }
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Regular files anywhere under `dir`.
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in fs::read_dir(&d).into_iter().flatten().flatten() {
+            let t = e.file_type().unwrap();
+            if t.is_dir() {
+                todo.push(e.path());
+            } else if t.is_file() {
+                out.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+/// The daemon still serves: a real copy to it lands.
+fn still_serves(d: &Daemon, t: &std::path::Path) {
+    write_file(&t.join("after.txt"), 9, 1000);
+    let r = tern(&["cp", t.join("after.txt").to_str().unwrap(), &d.url("/after.txt"), "--token-file", &d.token_arg()], &[]);
+    assert!(r.ok(), "the daemon no longer serves: {}", r.stderr());
+    assert_eq!(fs::read(t.join("after.txt")).unwrap(), fs::read(d.root.join("after.txt")).unwrap());
+}
+
+#[test]
+fn a_hostile_sender_s_misaligned_or_whole_file_stripe_is_refused_and_nothing_lands() {
+    let t = scratch();
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let d = Daemon::start(&root, &t.path().join("token"));
+    let before = outside(t.path(), &root);
+    let started = Instant::now();
+    // Not on a chunk boundary at either end, the whole file: the receiver's check. Past the
+    // file's end, empty: already the entry's decoding refuses them.
+    const ALIGN: &str = "protocol error from the sender: a stripe not aligned to chunks, or the whole file";
+    const DECODE: &str = "protocol error from the peer: invalid stripe: empty, or past the end of the file";
+    for (range, why) in [((1, 2 * CS), ALIGN), ((CS, CS + 1), ALIGN), ((0, SIZE), ALIGN), ((2 * CS, SIZE + CS), DECODE), ((2 * CS, 2 * CS), DECODE)] {
+        let mut p = Push::open(&d);
+        p.announce(big(Some(range)));
+        let (answer, rounds) = p.serve([0; 32], &[]);
+        assert_eq!(rounds, 0, "{range:?}: the daemon asked for chunks of a stripe it must refuse");
+        match answer {
+            Control::Fatal { message, .. } => assert!(message.contains(why), "{range:?}: {message}"),
+            other => panic!("{range:?}: expected a protocol error, got {other:?}"),
+        }
+        // Refused before anything was set up: no part, no journal, no file.
+        let landed = files_under(&root);
+        assert!(landed.is_empty(), "{range:?}: {landed:?}");
+    }
+    eprintln!("five refused stripes in {:.2} s", started.elapsed().as_secs_f64());
+    assert_eq!(outside(t.path(), &root), before, "written outside the daemon's root");
+    still_serves(&d, t.path());
+}
+
+/// An honest stripe 0..2, sealed: the shared part now holds chunks 0 and 1 that the closing
+/// pass will trust without reading them again.
+fn honest_first_stripe(d: &Daemon) {
+    let h = honest_hashes();
+    let mut p = Push::open(d);
+    p.announce(big(Some((0, 2 * CS))));
+    let (answer, rounds) = p.serve(tern_proto::chunk::stripe_hash(SIZE, 0, &h[0..2]), &[]);
+    assert!(matches!(answer, Control::FileDone(ref ids) if ids == &[0]) && rounds == 1, "the honest stripe: {answer:?} after {rounds} rounds");
+}
+
+#[test]
+fn a_hostile_sender_s_chunk_of_another_stripe_is_never_written_and_the_file_publishes_whole() {
+    let t = scratch();
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let d = Daemon::start(&root, &t.path().join("token"));
+    let before = outside(t.path(), &root);
+    let h = honest_hashes();
+    honest_first_stripe(&d);
+
+    // Stripe 2..4, whose sender also slips in chunk 0 (sealed by the stripe above) with other
+    // bytes under their own valid hash and tag: it is not its to write.
+    let forged = b"FORGED! ".repeat(CS as usize / 8);
+    let mut p = Push::open(&d);
+    p.announce(big(Some((2 * CS, SIZE))));
+    let (answer, rounds) = p.serve(tern_proto::chunk::stripe_hash(SIZE, 2, &h[2..4]), &[(0, forged.clone())]);
+    // The daemon drops a chunk outside the stripe as it drops any chunk it did not ask for (the
+    // honest chunks then complete the stripe); it must never reach the shared part.
+    assert!(matches!(answer, Control::FileDone(ref ids) if ids == &[0]), "{answer:?} after {rounds} rounds");
+    assert!(!root.join("copy/big.bin").exists(), "a stripe was published under the file's name");
+    for f in files_under(&root) {
+        let bytes = fs::read(&f).unwrap();
+        assert!(!bytes.windows(8).any(|w| w == b"FORGED! "), "another stripe's forged chunk was written to {}", f.display());
+    }
+
+    // The closing pass of the whole file publishes it from the two sealed stripes: exactly the
+    // honest bytes, which it would not be had the forged chunk reached the part.
+    let mut p = Push::open(&d);
+    p.announce(big(None));
+    let (answer, rounds) = p.serve(tern_proto::chunk::file_hash(SIZE, &h), &[]);
+    assert!(matches!(answer, Control::FileDone(ref ids) if ids == &[0]), "the closing pass: {answer:?}");
+    eprintln!("closing pass: {rounds} rounds of wanted chunks (0: every chunk sealed)");
+    let want: Vec<u8> = (0..4).flat_map(honest).collect();
+    assert!(fs::read(root.join("copy/big.bin")).unwrap() == want, "the published file is not the source's bytes");
+    assert_eq!(outside(t.path(), &root), before, "written outside the daemon's root");
+    still_serves(&d, t.path());
+}
+
+#[test]
+fn a_hostile_sender_s_whole_file_hash_for_a_stripe_never_publishes_the_file() {
+    let t = scratch();
+    let root = t.path().join("root");
+    fs::create_dir(&root).unwrap();
+    let d = Daemon::start(&root, &t.path().join("token"));
+    let before = outside(t.path(), &root);
+    let h = honest_hashes();
+    // With the other stripe sealed the part holds every chunk, so a receiver that took the
+    // whole-file hash for this stripe's would have all it needs to publish.
+    honest_first_stripe(&d);
+
+    let mut p = Push::open(&d);
+    p.announce(big(Some((2 * CS, SIZE))));
+    let started = Instant::now();
+    let (answer, rounds) = p.serve(tern_proto::chunk::file_hash(SIZE, &h), &[]);
+    eprintln!("whole-file hash for a stripe: {rounds} rounds, answered in {:.2} s: {answer:?}", started.elapsed().as_secs_f64());
+    // It does not add up: the stripe starts over once, then fails; it is never done.
+    match answer {
+        Control::FileError { id: 0, message, .. } => assert!(message.contains("hash does not match"), "{message}"),
+        other => panic!("expected the stripe to fail, got {other:?}"),
+    }
+    assert_eq!(rounds, 2, "one start-over, then the failure");
+    assert!(!root.join("copy/big.bin").exists(), "a stripe was published under the file's name");
+    assert_eq!(outside(t.path(), &root), before, "written outside the daemon's root");
+    still_serves(&d, t.path());
 }
