@@ -18,6 +18,8 @@ pub const RECORD_LEN: usize = 8 + 32 + 8;
 
 /// One journal record: a chunk index and the hash it verified with.
 pub type Verified = (u64, [u8; 32]);
+/// A verified chunk as a replay proves it: index, hash, and whether a seal covers it.
+pub type Claim = (u64, [u8; 32], bool);
 
 /// The index field of a seal record has this bit set (no chunk index reaches it): the record
 /// says a stripe's chunks, recorded before it, are verified against the source's stripe hash
@@ -177,7 +179,7 @@ impl Replay {
     }
 
     /// The verified chunks, one per index, in index order, each with whether it is sealed.
-    pub fn finish_sealed(self) -> Vec<(u64, [u8; 32], bool)> {
+    pub fn finish_sealed(self) -> Vec<Claim> {
         self.records.into_iter().map(|(i, (h, s))| (i, h, s)).collect()
     }
 }

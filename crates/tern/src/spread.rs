@@ -103,44 +103,25 @@ pub(crate) fn plan(spec: &ClientSpec, contents: bool, sync: bool, dry_run: bool)
     }
     // Anything the plan cannot learn (a daemon that does not answer, a parent that cannot be
     // listed) leaves the transfer to one session, which says what is wrong in its own words.
-    let dst_nodes: Vec<Endpoint> = match &spec.dest {
-        Endpoint::Ssh { host, port, path } if host_list => {
-            let user = host.split_once('@').map(|(u, _)| u.to_string());
-            host.split(',')
-                .filter(|h| !h.is_empty())
-                .map(|h| {
-                    let host = match (&user, h.contains('@')) {
-                        (Some(u), false) => format!("{u}@{h}"),
-                        _ => h.to_string(),
-                    };
-                    Endpoint::Ssh { host, port: *port, path: path.clone() }
-                })
-                .collect()
-        }
-        // Asking costs a connection (a few round trips): only for a copy big enough to spread.
-        Endpoint::Daemon { .. } if !worth_asking(&spec.sources[0]) => return Ok(None),
-        Endpoint::Daemon { path, .. } => match tern_engine::client::cluster::of(&dest_side(spec), &spec.dest).ok().flatten() {
-            Some(c) => c.nodes.iter().filter_map(|n| daemon_at(n, path)).collect(),
-            None => return Ok(None),
-        },
-        _ => return Ok(None),
-    };
+    // Each question is a connection of a few round trips (~0.3 s at 68 ms): the two sides are
+    // asked at once, and the source is listed only once the destination is known to spread.
     let src = &spec.sources[0];
-    let src_nodes: Vec<Endpoint> = match src {
-        Endpoint::Daemon { path, .. } => match tern_engine::client::cluster::of(spec, src).ok().flatten() {
-            Some(c) => c.nodes.iter().filter_map(|n| daemon_at(n, path)).collect(),
-            None => vec![src.clone()],
-        },
-        Endpoint::Local(_) => vec![src.clone()],
-        Endpoint::Ssh { .. } if host_list => anyhow::bail!("destination: a host list (h1,h2:/dir) takes a local source directory; run tern on the source host"),
-        Endpoint::Ssh { .. } => return Ok(None),
-    };
+    let (dst_nodes, src_nodes) = std::thread::scope(|scope| {
+        let src_nodes = scope.spawn(|| source_nodes(spec, src, host_list));
+        (destination_nodes(spec, host_list), src_nodes.join().expect("asking the source's cluster panicked"))
+    });
+    let Some(dst_nodes) = dst_nodes else { return Ok(None) };
+    let Some(src_nodes) = src_nodes? else { return Ok(None) };
     let n = src_nodes.len().max(dst_nodes.len());
     if n < 2 {
         return Ok(None);
     }
     let pairs: Vec<(Endpoint, Endpoint)> = (0..n).map(|i| (src_nodes[i % src_nodes.len()].clone(), dst_nodes[i % dst_nodes.len()].clone())).collect();
-    let (files, target) = match (list_files(spec, src), target_dir(&dest_side(spec), &dst_nodes[0], contents)) {
+    let (files, target) = std::thread::scope(|scope| {
+        let target = scope.spawn(|| target_dir(&dest_side(spec), &dst_nodes[0], contents));
+        (list_files(spec, src), target.join().expect("listing the destination panicked"))
+    });
+    let (files, target) = match (files, target) {
         (Ok(Some((files, total))), Ok(Some(target))) => ((files, total), target),
         (Err(e), _) | (_, Err(e)) if host_list => anyhow::bail!("{e}"),
         _ if host_list => anyhow::bail!("destination: a host list (h1,h2:/dir) spreads one cp -r of one directory into a directory; copy to one host"),
@@ -160,6 +141,45 @@ pub(crate) fn plan(spec: &ClientSpec, contents: bool, sync: bool, dry_run: bool)
         units,
         refresh: (!host_list).then(|| spec.dest.clone()),
         refresh_src: (src_nodes.len() > 1 || matches!(src, Endpoint::Daemon { .. })).then(|| src.clone()),
+    }))
+}
+
+/// The destination's nodes: the hosts of a host list, or the cluster of the daemon named;
+/// `None`: nothing to spread over.
+fn destination_nodes(spec: &ClientSpec, host_list: bool) -> Option<Vec<Endpoint>> {
+    match &spec.dest {
+        Endpoint::Ssh { host, port, path } if host_list => {
+            let user = host.split_once('@').map(|(u, _)| u.to_string());
+            let hosts = host.split(',').filter(|h| !h.is_empty()).map(|h| {
+                let host = match (&user, h.contains('@')) {
+                    (Some(u), false) => format!("{u}@{h}"),
+                    _ => h.to_string(),
+                };
+                Endpoint::Ssh { host, port: *port, path: path.clone() }
+            });
+            Some(hosts.collect())
+        }
+        // Asking costs a connection (a few round trips): only for a copy big enough to spread.
+        Endpoint::Daemon { .. } if !worth_asking(&spec.sources[0]) => None,
+        Endpoint::Daemon { path, .. } => {
+            let cluster = tern_engine::client::cluster::of(&dest_side(spec), &spec.dest).ok().flatten()?;
+            Some(cluster.nodes.iter().filter_map(|n| daemon_at(n, path)).collect())
+        }
+        _ => None,
+    }
+}
+
+/// The source's nodes: the cluster of the daemon named (or that daemon alone), or the local
+/// tree; `Ok(None)`: a source that does not spread.
+fn source_nodes(spec: &ClientSpec, src: &Endpoint, host_list: bool) -> anyhow::Result<Option<Vec<Endpoint>>> {
+    Ok(Some(match src {
+        Endpoint::Daemon { path, .. } => match tern_engine::client::cluster::of(spec, src).ok().flatten() {
+            Some(c) => c.nodes.iter().filter_map(|n| daemon_at(n, path)).collect(),
+            None => vec![src.clone()],
+        },
+        Endpoint::Local(_) => vec![src.clone()],
+        Endpoint::Ssh { .. } if host_list => anyhow::bail!("destination: a host list (h1,h2:/dir) takes a local source directory; run tern on the source host"),
+        Endpoint::Ssh { .. } => return Ok(None),
     }))
 }
 
@@ -307,8 +327,7 @@ fn cut(files: Vec<Listed>, pairs: u64, total: u64, stripe_chunk: Option<u32>) ->
         units.push(cur);
     }
     // Whole files balance the pairs when the largest are small against a pair's share; striping
-    // then only costs (a session per stripe, and a publish that reads the file again at both
-    // ends). So files are striped, the largest first, only while the pairs would not finish
+    // then only costs (a session per stripe, and one more that publishes the file). So files are striped, the largest first, only while the pairs would not finish
     // within 10 % of each other otherwise (4 × 1 GiB: none over 2 pairs, one over 3).
     if let Some(cs) = stripe_chunk.map(u64::from).filter(|&cs| cs > 0) {
         let share = total.div_ceil(pairs.max(1));
@@ -386,7 +405,7 @@ struct Shared {
     queue: Mutex<VecDeque<Unit>>,
     /// Stripes not yet moved, per striped file: when a file's last stripe is in, the file is
     /// published by a unit of its own at the head of the queue, while other units still move
-    /// (its publish re-reads it at both ends; left to the closing pass it would wait for all).
+    /// (left to the closing pass, every publish would wait for all units).
     stripes_left: Mutex<std::collections::HashMap<Vec<u8>, usize>>,
     /// Sessions running now: their progress, summed into the display's.
     live: Mutex<Vec<Arc<Progress>>>,
@@ -570,7 +589,10 @@ fn publish_totals(shared: &Shared, progress: &Progress) {
 }
 
 /// One pair's loop: take a unit, move it in one session, until the queue is empty or the pair
-/// fails (its unit goes back for another pair).
+/// fails (its unit goes back for another pair). A session's first ~0.5 s at 68 ms (its
+/// connections, handshakes and ramp) and its last round trips move little: once the pair's rate
+/// is known, the next unit's session starts while the last one's tail is still sending, so the
+/// link is not idle between units (at most two sessions per pair).
 fn worker(spec: &ClientSpec, source_dir: &str, target: &str, src: Endpoint, dst: Endpoint, shared: Arc<Shared>, index: usize) -> impl FnOnce() + Send + 'static {
     let mut base = spec.clone();
     base.options.set_contents(true);
@@ -580,77 +602,143 @@ fn worker(spec: &ClientSpec, source_dir: &str, target: &str, src: Endpoint, dst:
     let (name, source) = (endpoint_name(&dst), endpoint_name(&src));
     move || {
         let mut tally = PairTally { name, source, ..Default::default() };
-        loop {
-            let Some(mut unit) = shared.queue.lock().unwrap().pop_front() else {
-                // Units still running elsewhere may come back if their pair fails.
-                if shared.busy.load(Ordering::SeqCst) == 0 {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(100));
-                continue;
-            };
-            shared.busy.fetch_add(1, Ordering::SeqCst);
-            let mut s = base.clone();
-            s.files_from = Some(Arc::new(std::mem::take(&mut unit.paths)));
-            s.stripe = unit.stripe.clone();
-            let p = Arc::new(Progress::default());
-            shared.live.lock().unwrap().push(p.clone());
-            let started = Instant::now();
-            let r = tern_engine::client::session::run(&s, &p);
-            tally.seconds += started.elapsed().as_secs_f64();
-            {
-                let mut live = shared.live.lock().unwrap();
-                live.retain(|x| !Arc::ptr_eq(x, &p));
-                let mut d = shared.done.lock().unwrap();
-                d.bytes += Progress::get(&p.bytes);
-                d.bytes_resent += Progress::get(&p.bytes_resent);
-                d.chunks_resent += Progress::get(&p.chunks_resent);
-                d.bytes_skipped += Progress::get(&p.bytes_skipped);
-                // A stripe's file is published by the closing pass, and counted there.
-                if unit.stripe.is_none() {
-                    d.files_done += Progress::get(&p.files_done);
-                }
-            }
-            tally.bytes += Progress::get(&p.bytes);
-            match r {
-                Ok(_) => {
-                    tally.units += 1;
-                    tally.stripes += u64::from(unit.stripe.is_some());
-                    if let Some(st) = &unit.stripe {
-                        let mut left = shared.stripes_left.lock().unwrap();
-                        let n = left.get_mut(&st.path).expect("every stripe is counted");
-                        *n -= 1;
-                        if *n == 0 {
-                            left.remove(&st.path);
-                            // With nothing else left to move, the closing pass publishes it (one
-                            // session fewer at the very end, where nothing runs beside it).
-                            let mut queue = shared.queue.lock().unwrap();
-                            if !queue.is_empty() || shared.busy.load(Ordering::SeqCst) > 1 {
-                                queue.push_front(Unit { paths: vec![st.path.clone()], ..Unit::default() });
-                            }
-                        }
+        std::thread::scope(|scope| {
+            let mut running: VecDeque<Running<'_>> = VecDeque::new();
+            let mut busy_since: Option<Instant> = None;
+            let mut leaving = false;
+            loop {
+                if let Some(i) = running.iter().position(|r| r.handle.is_finished()) {
+                    let r = running.remove(i).expect("found");
+                    leaving |= !finish_unit(r, &shared, &mut tally, index);
+                    if running.is_empty()
+                        && let Some(t) = busy_since.take()
+                    {
+                        tally.seconds += t.elapsed().as_secs_f64();
                     }
-                    shared.busy.fetch_sub(1, Ordering::SeqCst);
+                    continue;
                 }
-                Err(e) => {
-                    tracing::info!("pair {index} ({}): unit of {} files failed: {e}", tally.name, s.files_from.as_ref().map_or(0, |l| l.len()));
-                    unit.paths = Arc::try_unwrap(s.files_from.take().unwrap()).unwrap_or_else(|a| (*a).clone());
-                    unit.attempts += 1;
-                    if unit.attempts < UNIT_ATTEMPTS {
-                        shared.queue.lock().unwrap().push_front(unit);
-                    }
-                    shared.busy.fetch_sub(1, Ordering::SeqCst);
-                    // A pair whose network failed leaves (its unit resumes on another pair); one
-                    // whose unit failed on a side goes on with the next unit.
-                    if e.side == Side::Network || e.kind == ErrorKind::ControlClosed {
-                        tally.gave_up = Some(e.to_string());
+                if leaving {
+                    if running.is_empty() {
                         break;
                     }
-                    std::thread::sleep(Duration::from_millis(200));
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
+                if running.is_empty() || (running.len() == 1 && ends_soon(&running[0], &tally)) {
+                    if let Some(unit) = shared.queue.lock().unwrap().pop_front() {
+                        busy_since.get_or_insert_with(Instant::now);
+                        running.push_back(start_unit(scope, &base, unit, &shared));
+                        continue;
+                    }
+                    // Units still running elsewhere may come back if their pair fails.
+                    if running.is_empty() && shared.busy.load(Ordering::SeqCst) == 0 {
+                        break;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(if running.is_empty() { 100 } else { 20 }));
+            }
+        });
+        shared.tallies.lock().unwrap().push(tally);
+    }
+}
+
+/// How long before a session's predicted end the pair's next one starts: its connections and
+/// handshakes (~6 round trips) and the start of its ramp.
+const LOOK_AHEAD: Duration = Duration::from_millis(1000);
+
+/// A unit's session, running on its own thread.
+struct Running<'scope> {
+    unit: Unit,
+    spec: ClientSpec,
+    progress: Arc<Progress>,
+    started: Instant,
+    handle: std::thread::ScopedJoinHandle<'scope, Result<Summary, TransferError>>,
+}
+
+fn start_unit<'scope>(scope: &'scope std::thread::Scope<'scope, '_>, base: &ClientSpec, mut unit: Unit, shared: &Shared) -> Running<'scope> {
+    shared.busy.fetch_add(1, Ordering::SeqCst);
+    let mut s = base.clone();
+    s.files_from = Some(Arc::new(std::mem::take(&mut unit.paths)));
+    s.stripe = unit.stripe.clone();
+    let p = Arc::new(Progress::default());
+    shared.live.lock().unwrap().push(p.clone());
+    let (spec, progress) = (s.clone(), p.clone());
+    let handle = scope.spawn(move || tern_engine::client::session::run(&spec, &progress));
+    Running { unit, spec: s, progress: p, started: Instant::now(), handle }
+}
+
+/// Whether `r` should end within [`LOOK_AHEAD`]: all its data is out (a third-party session's
+/// bytes count when a file's last chunk is sent), or so says the rate this pair moved its
+/// finished units at.
+fn ends_soon(r: &Running<'_>, tally: &PairTally) -> bool {
+    if Progress::get(&r.progress.bytes) + Progress::get(&r.progress.bytes_skipped) >= r.unit.bytes {
+        return true;
+    }
+    if tally.seconds <= 0.0 || tally.bytes == 0 {
+        return false;
+    }
+    let rate = tally.bytes as f64 / tally.seconds;
+    let expected = Duration::from_secs_f64(r.unit.bytes as f64 / rate);
+    r.started.elapsed() + LOOK_AHEAD >= expected
+}
+
+/// A unit's session ended: count it, publish a striped file whose last stripe this was, or put
+/// the unit back. False when the pair should leave (its network failed).
+fn finish_unit(r: Running<'_>, shared: &Shared, tally: &mut PairTally, index: usize) -> bool {
+    let Running { mut unit, mut spec, progress: p, handle, .. } = r;
+    let result = handle.join().unwrap_or_else(|_| Err(TransferError::fatal(Side::Network, "a unit's session panicked".to_string())));
+    {
+        let mut live = shared.live.lock().unwrap();
+        live.retain(|x| !Arc::ptr_eq(x, &p));
+        let mut d = shared.done.lock().unwrap();
+        d.bytes += Progress::get(&p.bytes);
+        d.bytes_resent += Progress::get(&p.bytes_resent);
+        d.chunks_resent += Progress::get(&p.chunks_resent);
+        d.bytes_skipped += Progress::get(&p.bytes_skipped);
+        // A stripe's file is published by the closing pass, and counted there.
+        if unit.stripe.is_none() {
+            d.files_done += Progress::get(&p.files_done);
+        }
+    }
+    tally.bytes += Progress::get(&p.bytes);
+    match result {
+        Ok(_) => {
+            tally.units += 1;
+            tally.stripes += u64::from(unit.stripe.is_some());
+            if let Some(st) = &unit.stripe {
+                let mut left = shared.stripes_left.lock().unwrap();
+                let n = left.get_mut(&st.path).expect("every stripe is counted");
+                *n -= 1;
+                if *n == 0 {
+                    left.remove(&st.path);
+                    // With nothing else left to move, the closing pass publishes it (one
+                    // session fewer at the very end, where nothing runs beside it).
+                    let mut queue = shared.queue.lock().unwrap();
+                    if !queue.is_empty() || shared.busy.load(Ordering::SeqCst) > 1 {
+                        queue.push_front(Unit { paths: vec![st.path.clone()], ..Unit::default() });
+                    }
                 }
             }
+            shared.busy.fetch_sub(1, Ordering::SeqCst);
+            true
         }
-        shared.tallies.lock().unwrap().push(tally);
+        Err(e) => {
+            tracing::info!("pair {index} ({}): unit of {} files failed: {e}", tally.name, spec.files_from.as_ref().map_or(0, |l| l.len()));
+            unit.paths = Arc::try_unwrap(spec.files_from.take().unwrap()).unwrap_or_else(|a| (*a).clone());
+            unit.attempts += 1;
+            if unit.attempts < UNIT_ATTEMPTS {
+                shared.queue.lock().unwrap().push_front(unit);
+            }
+            shared.busy.fetch_sub(1, Ordering::SeqCst);
+            // A pair whose network failed leaves (its unit resumes on another pair); one whose
+            // unit failed on a side goes on with the next unit.
+            if e.side == Side::Network || e.kind == ErrorKind::ControlClosed {
+                tally.gave_up = Some(e.to_string());
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+            true
+        }
     }
 }
 

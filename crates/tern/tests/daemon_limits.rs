@@ -597,9 +597,9 @@ fn a_hostile_sender_s_chunk_of_another_stripe_is_never_written_and_the_file_publ
     let mut p = Push::open(&d);
     p.announce(big(Some((2 * CS, SIZE))));
     let (answer, rounds) = p.serve(tern_proto::chunk::stripe_hash(SIZE, 2, &h[2..4]), &[(0, forged.clone())]);
-    // The daemon drops a chunk outside the stripe as it drops any chunk it did not ask for (the
-    // honest chunks then complete the stripe); it must never reach the shared part.
-    assert!(matches!(answer, Control::FileDone(ref ids) if ids == &[0]), "{answer:?} after {rounds} rounds");
+    // A chunk outside the stripe is a protocol error: the session ends, and the chunk never
+    // reaches the shared part.
+    assert!(matches!(answer, Control::Fatal { ref message, .. } if message.contains("outside the stripe")), "{answer:?} after {rounds} rounds");
     assert!(!root.join("copy/big.bin").exists(), "a stripe was published under the file's name");
     for f in files_under(&root) {
         let bytes = fs::read(&f).unwrap();

@@ -31,7 +31,7 @@ use crate::net::seal::TAG_LEN;
 use crate::progress::Progress;
 use crate::store::fsops::{self, Beneath, DestRoot, Dir, Tag};
 use crate::store::hashing::hash_file;
-use crate::store::journal::{Journal, JournalHeader};
+use crate::store::journal::{Claim, Journal, JournalHeader};
 use crate::store::layout::{self, Layout};
 use crate::store::posix::PosixSink;
 use crate::store::{self, Sink as _};
@@ -168,6 +168,9 @@ struct Sink {
     /// Chunks written (or resumed) in this part, one bit each: a second copy of a chunk is
     /// never written over the first, so the bytes published are the bytes verified.
     claimed: Box<[AtomicU64]>,
+    /// A stripe's chunks (empty: the whole file): a chunk outside is another session's to
+    /// write, and a sender that sends one breaks the protocol.
+    stripe: std::ops::Range<u64>,
 }
 
 impl Sink {
@@ -1089,7 +1092,8 @@ fn prepare(ctx: &mut Ctx, id: u64, start_over: bool) -> Result<Prepared, Transfe
         file: OnceLock::new(),
         written: OnceLock::new(),
         journal,
-        claimed: Sink::claimed_bits(chunks, &resumed, stripe_chunks),
+        claimed: Sink::claimed_bits(chunks, &resumed, stripe_chunks.clone()),
+        stripe: stripe_chunks,
     });
     ctx.sinks.write().unwrap().insert(id, sink);
     Ok(Prepared { resumed, sealed })
@@ -1100,7 +1104,7 @@ fn prepare(ctx: &mut Ctx, id: u64, start_over: bool) -> Result<Prepared, Transfe
 /// against the source and made durable before their seal) are kept unread. Returns the bytes
 /// kept, and whether every chunk of the file was sealed. A large claim is hashed on several
 /// threads.
-fn rehash_claimed(part: &File, size: u64, chunk_size: u32, records: impl IntoIterator<Item = (u64, [u8; 32], bool)>, resumed: &mut Vec<(u64, [u8; 32])>) -> (u64, bool) {
+fn rehash_claimed(part: &File, size: u64, chunk_size: u32, records: impl IntoIterator<Item = Claim>, resumed: &mut Vec<(u64, [u8; 32])>) -> (u64, bool) {
     /// Claims of fewer chunks than this are hashed here: a thread costs more than they do.
     const PER_THREAD: usize = 8;
     const MAX_THREADS: usize = 8;
@@ -1155,7 +1159,7 @@ fn rehash_claimed(part: &File, size: u64, chunk_size: u32, records: impl IntoIte
 /// its temporary removed before the new header is written, so no stripe joins a stale part.
 /// A journal whose header is still being written (another stripe just made it) is waited for;
 /// one whose header stays unreadable (torn by a crash) is a leftover too.
-fn join_shared_part(dir: &impl std::os::fd::AsFd, tmp: &[u8], jname: &[u8], header: &JournalHeader) -> std::io::Result<(Journal, Vec<(u64, [u8; 32], bool)>)> {
+fn join_shared_part(dir: &impl std::os::fd::AsFd, tmp: &[u8], jname: &[u8], header: &JournalHeader) -> std::io::Result<(Journal, Vec<Claim>)> {
     const WAIT: Duration = Duration::from_millis(5);
     const TRIES: u32 = 400; // 2 s: a header is one write after the create
     for _ in 0..TRIES {
@@ -1393,6 +1397,9 @@ fn recv_worker(mut conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_si
         let (off, want_len) = chunk_range(sink.size, chunk_size, h.index);
         if h.index >= sink.chunks || off != h.offset || want_len as usize != len {
             return fatal(&events, format!("data stream {index}: chunk {} does not fit its file", h.index));
+        }
+        if !sink.stripe.is_empty() && !sink.stripe.contains(&h.index) {
+            return fatal(&events, format!("protocol error from the sender: data stream {index}: chunk {} is outside the stripe it announced", h.index));
         }
         if !sink.claim(h.index) {
             continue; // a second copy (a peer resending a frame already taken): keep the first

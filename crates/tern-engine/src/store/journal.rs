@@ -6,8 +6,8 @@ use std::io::{self, BufReader, Read, Write};
 use std::os::fd::AsFd;
 
 use rustix::fs::{self as rfs, Mode, OFlags};
+pub(crate) use tern_proto::journal::{Claim, JournalHeader, Verified};
 use tern_proto::journal::{HEADER_LEN, RECORD_LEN, Replay, encode_record, encode_seal};
-pub(crate) use tern_proto::journal::{JournalHeader, Verified};
 
 /// Reads up to `buf.len()` bytes; fewer only at the end of the file.
 fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
@@ -76,7 +76,7 @@ impl Journal {
     }
 
     /// [`Journal::read`], each chunk with whether a seal says it is durable and verified.
-    pub(crate) fn read_sealed(dir: &impl AsFd, name: &[u8]) -> io::Result<Option<(JournalHeader, Vec<(u64, [u8; 32], bool)>)>> {
+    pub(crate) fn read_sealed(dir: &impl AsFd, name: &[u8]) -> io::Result<Option<(JournalHeader, Vec<Claim>)>> {
         let fd = match rfs::openat(dir, name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
             Ok(fd) => fd,
             Err(rustix::io::Errno::NOENT) => return Ok(None),

@@ -413,7 +413,7 @@ impl Session<'_> {
             Action::StripeVerified { id, first, end, stripe_hash } => {
                 let id = id as usize;
                 let version = self.announced[&id];
-                let (first, end) = self.stripes[&id];
+                assert_eq!((first, end), self.stripes[&id], "the stripe verified is the one announced");
                 let part = self.store.parts.get(&id).expect("a verified stripe has its part");
                 for i in first..end {
                     let have = part.data.get(&i).map(|k| &k.value);
