@@ -38,7 +38,8 @@
 #                       tern://a1/DATA → tern://b1/DATA-kK; the pairs move the data), timed, verified
 #   bench/cluster.sh faults [--tern BIN] [--dataset hacc-4g] [--at 25] [--cases LIST] [--out F]
 #                       the same copy with, at --at seconds: b2 killed, a2 killed (3 nodes), a3+b3
-#                       joining (2 nodes), both sites' PostgreSQL restarted (3 nodes)
+#                       joining (2 nodes), both sites' PostgreSQL restarted (3 nodes), none (3
+#                       nodes: the fault-free copy whose WAN bytes the others' are compared with)
 #   bench/cluster.sh datasets [NAME...]   only make the baseline's datasets (default: all three)
 #   bench/cluster.sh down [--purge]  remove everything `up` made (safe when nothing is up);
 #                       --purge also deletes /srv/tern-cluster (the datasets)
@@ -539,6 +540,10 @@ cmd_status() {
   timeout 30 ip netns exec "$(node_ns a1)" ping -c 10 -i 0.2 -W 5 "$(node_addr b1)" | tail -2
 }
 
+wan_bytes() { # bytes the delay line carried from site A to site B so far
+  cmd_stats | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['directions']['ab']['tx_bytes'])"
+}
+
 cmd_stats() {
   local pid; pid=$(pid_alive "$PIDS/delayline.pid" tern-delayline) || die "delay line not running"
   rm -f "$STATE/delayline.stats.json"
@@ -842,12 +847,18 @@ cmd_faults() { # a node of each site killed, a node pair joining, PostgreSQL res
         kill-a2) cmd_kill a2 ;;
         join-3) start_node a3 "$bin" 0 --dial-allow "$(subnet b).0/24"; start_node b3 "$bin" 0 ;;
         pg-restart) restart_pg a; restart_pg b ;;
+        none) ;;
       esac ) >"$log.event" 2>&1 &
-    local ev=$!
+    local ev=$! wan0 wan1
+    wan0=$(wan_bytes)
     read -r t0 t1 rc < <(spread_copy "$bin" "$name" "$case_" "$log")
     wait "$ev" || true
+    wan1=$(wan_bytes)
     verdict=$(verify_copy "$name" "$case_" "$log")
-    line=$(row "$name" "$k" "$t0" "$t1" "$rc" "$verdict" "$log" 0 "$case_")
+    # What crossed the wide-area link, all sessions' data and headers: a fault-free copy's
+    # figure against a faulty one's is what was sent again (the coordinator cannot see a
+    # third-party session's resends; only the bytes it asked for).
+    line=$(row "$name" "$k" "$t0" "$t1" "$rc" "$verdict" "$log" 0 "$case_; WAN $(( (wan1 - wan0) / 1048576 )) MiB")
     echo "$line"; rows+=("$line")
     rm -rf "${DATA:?}/site-b/${name:?}-$case_"
     cmd_nodes 0 >/dev/null

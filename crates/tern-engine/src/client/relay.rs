@@ -128,12 +128,20 @@ fn start_attempt(progress: &Progress, streams: u16) {
 }
 
 /// What the relay knows of each manifest entry, to turn ids into paths and sizes.
+/// A file of the manifest, as the relay counts it.
+struct Booked {
+    path: Vec<u8>,
+    /// Bytes this session moves: a stripe's, or the whole size.
+    size: u64,
+    /// Its bytes were counted (at `FileEnd`, or at `FileDone` if none came).
+    counted: bool,
+    /// This session moves a stripe of it: the file lands with a later session.
+    stripe: bool,
+}
+
 #[derive(Default)]
 struct Book {
-    /// Per file id: path, bytes this session moves (a stripe's, or the whole size), counted.
-    files: HashMap<u64, (Vec<u8>, u64, bool)>,
-    /// Files of which this session moves a stripe: they land with a later session.
-    stripes: std::collections::HashSet<u64>,
+    files: HashMap<u64, Booked>,
     /// Bytes the receiver asked for, per file: what crosses the network (a resumed file's
     /// chunks held already do not), counted when the file's chunks are all out.
     wanted: HashMap<u64, u64>,
@@ -202,16 +210,13 @@ fn observe(m: &Control, book: &Mutex<Book>, progress: &Progress, memory: &Mutex<
                 let size = e.stripe.map_or(e.size, |(start, end)| end - start);
                 Progress::add(&progress.files_total, 1);
                 Progress::add(&progress.bytes_total, size);
-                book.files.insert(e.id, (e.path.clone(), size, false));
-                if e.stripe.is_some() {
-                    book.stripes.insert(e.id);
-                }
+                book.files.insert(e.id, Booked { path: e.path.clone(), size, counted: false, stripe: e.stripe.is_some() });
             }
         }
         Control::Skip(items) => {
             let memory = memory.lock().unwrap();
             for (id, _) in items {
-                if let Some((path, size, _)) = book.files.get(id) {
+                if let Some(Booked { path, size, .. }) = book.files.get(id) {
                     // A file an earlier attempt finished is skipped now: it stays "done".
                     if !memory.finished.contains(path) {
                         Progress::add(&progress.files_skipped, 1);
@@ -225,7 +230,7 @@ fn observe(m: &Control, book: &Mutex<Book>, progress: &Progress, memory: &Mutex<
             for w in files {
                 // Whole chunks, at most the file's (or stripe's) bytes: a short last chunk
                 // wanted with others counts a little high, never more than one chunk.
-                let Some(most) = book.files.get(&w.id).map(|f| f.1) else { continue };
+                let Some(most) = book.files.get(&w.id).map(|f| f.size) else { continue };
                 let bytes = w.ranges.iter().map(|&(_, count)| u64::from(count) * u64::from(cs)).sum::<u64>().min(most);
                 *book.wanted.entry(w.id).or_default() += bytes;
             }
@@ -233,8 +238,8 @@ fn observe(m: &Control, book: &Mutex<Book>, progress: &Progress, memory: &Mutex<
         Control::FileEnd { id, .. } => {
             // Every chunk of the file is out: count its bytes now rather than at the (batched) FileDone.
             let wanted = book.wanted.remove(id);
-            if let Some(f) = book.files.get_mut(id).filter(|f| !f.2) {
-                f.2 = true;
+            if let Some(f) = book.files.get_mut(id).filter(|f| !f.counted) {
+                f.counted = true;
                 Progress::add(&progress.bytes, wanted.unwrap_or(0));
             }
         }
@@ -243,21 +248,20 @@ fn observe(m: &Control, book: &Mutex<Book>, progress: &Progress, memory: &Mutex<
             // they lay: docs/journal.md "Seals").
             let mut memory = memory.lock().unwrap();
             for id in ids {
-                let stripe = book.stripes.contains(id);
                 let wanted = book.wanted.remove(id);
                 if let Some(f) = book.files.get_mut(id) {
-                    if !f.2 {
-                        f.2 = true;
+                    if !f.counted {
+                        f.counted = true;
                         Progress::add(&progress.bytes, wanted.unwrap_or(0));
                     }
-                    if !stripe && memory.finished.insert(&f.0) {
-                        progress.landed(&f.0, f.1);
+                    if !f.stripe && memory.finished.insert(&f.path) {
+                        progress.landed(&f.path, f.size);
                     }
                 }
             }
         }
         Control::FileError { id, side, message } => {
-            let path = book.files.get(id).map(|f| String::from_utf8_lossy(&f.0).into_owned()).unwrap_or_else(|| format!("file #{id}"));
+            let path = book.files.get(id).map(|f| String::from_utf8_lossy(&f.path).into_owned()).unwrap_or_else(|| format!("file #{id}"));
             Progress::add(&progress.files_failed, 1);
             progress.error(TransferError::file(*side, path, message.clone()));
         }

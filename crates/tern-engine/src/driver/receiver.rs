@@ -1556,15 +1556,7 @@ fn prepare_final(sink: &Sink, verify_full: bool, chunk_size: u32, expected: &[u8
         file.set_len(sink.size).map_err(|e| io("cannot set length", e))?;
     }
     if verify_full {
-        file.sync_data().map_err(|e| io("cannot flush", e))?;
-        // Drop our cached pages so the re-read comes from storage, not memory.
-        unsafe {
-            libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(file), 0, 0, libc::POSIX_FADV_DONTNEED);
-        }
-        let have = hash_file(file, sink.size, chunk_size).map_err(|e| io("cannot re-read for verification", e))?;
-        if &have != expected {
-            return Err((ErrorKind::WholeFileMismatch, format!("{MISMATCH} of the written data does not match on re-read (--verify full); storage corrupted it")));
-        }
+        reread_matches(file, sink.size, chunk_size, expected)?;
     }
     fsops::set_meta(file, sink.mode, sink.mtime).map_err(|e| io("cannot set mode/mtime", e))?;
     // What the rename will move must be the file that was written and verified: if anything
@@ -1583,6 +1575,22 @@ fn still_the_one_written(sink: &Sink, written: (u64, u64)) -> Result<(), (ErrorK
     }
 }
 
+/// `--verify full`: flushes the file, drops its cached pages so the read comes from storage,
+/// not memory, and checks that what storage returns adds up to the verified whole-file hash.
+fn reread_matches(file: &File, size: u64, chunk_size: u32, expected: &[u8; 32]) -> Result<(), (ErrorKind, String)> {
+    let io = |what: &str, e: std::io::Error| (ErrorKind::of_io(&e), format!("{what}: {}", err_text(&e)));
+    file.sync_data().map_err(|e| io("cannot flush", e))?;
+    // Advice only: a file system that ignores it leaves a re-read from memory, never a wrong one.
+    unsafe {
+        libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(file), 0, 0, libc::POSIX_FADV_DONTNEED);
+    }
+    let have = hash_file(file, size, chunk_size).map_err(|e| io("cannot re-read for verification", e))?;
+    if &have != expected {
+        return Err((ErrorKind::WholeFileMismatch, format!("{MISMATCH} of the written data does not match on re-read (--verify full); storage corrupted it")));
+    }
+    Ok(())
+}
+
 /// `prepare_final` for a one-chunk file, whose temporary was closed once written: with `--verify
 /// full` it is opened again (by name beneath its directory, never through a link) to be re-read;
 /// either way its name must still hold the file written.
@@ -1598,15 +1606,7 @@ fn prepare_final_single(sink: &Sink, verify_full: bool, chunk_size: u32, expecte
         if (st.st_dev, st.st_ino) != written {
             return Err((ErrorKind::Other, REPLACED.into()));
         }
-        file.sync_data().map_err(|e| io("cannot flush", e))?;
-        // Drop our cached pages so the re-read comes from storage, not memory.
-        unsafe {
-            libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&file), 0, 0, libc::POSIX_FADV_DONTNEED);
-        }
-        let have = hash_file(&file, sink.size, chunk_size).map_err(|e| io("cannot re-read for verification", e))?;
-        if &have != expected {
-            return Err((ErrorKind::WholeFileMismatch, format!("{MISMATCH} of the written data does not match on re-read (--verify full); storage corrupted it")));
-        }
+        reread_matches(&file, sink.size, chunk_size, expected)?;
         fsops::set_meta(&file, sink.mode, sink.mtime).map_err(|e| io("cannot set mode/mtime", e))?;
     }
     still_the_one_written(sink, written)
