@@ -118,14 +118,19 @@ struct SrcInfo {
     mtime_ns: u32,
     /// Done or failed: the stream logs drop its frames.
     finished: AtomicBool,
-    /// Where its data is read from, and its path there.
+    /// Where its data is read from (its path there is `path` beneath the source's root).
     source: Arc<PosixSource>,
-    source_rel: Vec<u8>,
 }
 
 impl SrcInfo {
+    /// Its path beneath its source's root; empty, which the source refuses, if it is not
+    /// beneath it (the walk built `path` on that root, so it is).
+    fn source_rel(&self) -> &[u8] {
+        self.source.rel_of(&self.path).unwrap_or_default()
+    }
+
     fn open(&self) -> std::io::Result<PosixSourceFile> {
-        Ok(self.source.open(&self.source_rel)?)
+        Ok(self.source.open(self.source_rel())?)
     }
 
     /// Whether `st` is still the version that was listed (and announced).
@@ -365,8 +370,7 @@ impl Driver<'_> {
                     let id = self.next_id;
                     self.next_id += 1;
                     let (kind, size, stripe) = (f.kind, f.size, f.stripe);
-                    let source_rel = f.source_rel();
-                    let info = Arc::new(SrcInfo { path: f.path, rel: f.rel, size: f.size, mtime_s: f.mtime_s, mtime_ns: f.mtime_ns, finished: AtomicBool::new(false), source: f.source, source_rel });
+                    let info = Arc::new(SrcInfo { path: f.path, rel: f.rel, size: f.size, mtime_s: f.mtime_s, mtime_ns: f.mtime_ns, finished: AtomicBool::new(false), source: f.source });
                     if kind == EntryKind::File {
                         Progress::add(&progress.files_total, 1);
                         Progress::add(&progress.bytes_total, size);
@@ -532,7 +536,7 @@ impl Driver<'_> {
     fn file_end(&mut self, id: u64, file_hash: [u8; 32]) -> Result<(), TransferError> {
         use tern_proto::session::sender::ReadTrouble;
         let f = self.machine.payload(id).expect("FileEnd for a file held").clone();
-        match f.source.stat(&f.source_rel) {
+        match f.source.stat(f.source_rel()) {
             Ok(st) if f.is_listed_version(&st) => {
                 self.writer.send(&Control::FileEnd { id, file_hash, size: f.size, mtime_s: f.mtime_s, mtime_ns: f.mtime_ns })?;
             }

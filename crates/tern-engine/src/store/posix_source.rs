@@ -32,8 +32,8 @@ impl PosixSource {
 
     /// The path beneath the root that names `path` (built by joining names onto the root), or
     /// `None` if it is not beneath it.
-    pub(crate) fn rel_of(&self, path: &Path) -> Option<Vec<u8>> {
-        path.strip_prefix(&self.root).ok().map(|r| r.as_os_str().as_bytes().to_vec())
+    pub(crate) fn rel_of<'a>(&self, path: &'a Path) -> Option<&'a [u8]> {
+        path.strip_prefix(&self.root).ok().map(|r| r.as_os_str().as_bytes())
     }
 
     fn path(&self, rel: &[u8]) -> PathBuf {

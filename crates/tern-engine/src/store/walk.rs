@@ -49,13 +49,13 @@ pub struct SrcFile {
 impl SrcFile {
     /// Its path beneath its source's root (empty, which every open refuses, if it is not
     /// beneath it: the walk builds every path by joining names onto that root, so it is).
-    pub(crate) fn source_rel(&self) -> Vec<u8> {
+    pub(crate) fn source_rel(&self) -> &[u8] {
         self.source.rel_of(&self.path).unwrap_or_default()
     }
 
     /// Opens the file to read its data.
     pub(crate) fn open(&self) -> StoreResult<PosixSourceFile> {
-        self.source.open(&self.source_rel())
+        self.source.open(self.source_rel())
     }
 }
 
@@ -320,4 +320,42 @@ pub fn source_spec(path: &Path, contents: bool) -> SourceSpec {
         p.file_name().map(|n| n.as_bytes().to_vec()).or_else(|| p.canonicalize().ok().and_then(|c| c.file_name().map(|n| n.as_bytes().to_vec())))
     };
     SourceSpec { path: path.to_path_buf(), base, beneath: None }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::SourceFile;
+
+    /// Every walked file opens through its source and reads back its bytes, whatever form the
+    /// source argument had: a directory, its contents (`dir/.`), a single file.
+    #[test]
+    fn every_walked_file_reads_through_its_source() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("dir");
+        fs::create_dir_all(dir.join("sub")).unwrap();
+        fs::write(dir.join("a"), b"alpha").unwrap();
+        fs::write(dir.join("sub/b"), b"beta").unwrap();
+        let specs = [source_spec(&dir, false), source_spec(&dir.join("."), false), source_spec(&dir.join("a"), false), source_spec(&dir.join("sub/"), false)];
+        for spec in specs {
+            let mut read = Vec::new();
+            let mut emit = |f: SrcFile| {
+                if f.kind == EntryKind::File {
+                    let mut buf = vec![0u8; f.size as usize];
+                    f.open().unwrap().read_at(0, &mut buf).unwrap();
+                    read.push((f.rel.clone(), buf));
+                }
+                true
+            };
+            walk(std::slice::from_ref(&spec), true, &Filter::default(), &mut emit, &mut |e| panic!("{e:?}")).unwrap();
+            read.sort();
+            let want: Vec<(Vec<u8>, Vec<u8>)> = match spec.base.as_deref() {
+                Some(b"dir") => vec![(b"dir/a".to_vec(), b"alpha".to_vec()), (b"dir/sub/b".to_vec(), b"beta".to_vec())],
+                None => vec![(b"a".to_vec(), b"alpha".to_vec()), (b"sub/b".to_vec(), b"beta".to_vec())],
+                Some(b"a") => vec![(b"a".to_vec(), b"alpha".to_vec())],
+                _ => vec![(b"sub/b".to_vec(), b"beta".to_vec())],
+            };
+            assert_eq!(read, want, "{}", spec.path.display());
+        }
+    }
 }
