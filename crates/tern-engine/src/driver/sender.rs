@@ -1,9 +1,7 @@
 //! The sending side of a session: walk, announce, serve wanted chunks over every data stream.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::fs::File;
 use std::io::{BufWriter, Write};
-use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU64};
@@ -27,7 +25,9 @@ use crate::net::ratelimit::RateLimit;
 use crate::net::seal::TAG_LEN;
 use crate::net::transport::Closer;
 use crate::progress::Progress;
+use crate::store::posix_source::{PosixSource, PosixSourceFile};
 use crate::store::walk::{SourceSpec, SrcFile, walk, walk_list};
+use crate::store::{Source, SourceFile};
 
 /// A set of paths kept as 128-bit keyed digests: 16 bytes a path instead of the path, so what a
 /// sender remembers of a tree of millions of files stays small. Two paths would have to collide
@@ -118,15 +118,24 @@ struct SrcInfo {
     mtime_ns: u32,
     /// Done or failed: the stream logs drop its frames.
     finished: AtomicBool,
-    beneath: Option<Arc<crate::store::fsops::Beneath>>,
+    /// Where its data is read from (its path there is `path` beneath the source's root).
+    source: Arc<PosixSource>,
 }
 
 impl SrcInfo {
-    fn open(&self) -> std::io::Result<File> {
-        match &self.beneath {
-            Some(b) => b.open_file(&self.path),
-            None => File::open(&self.path),
-        }
+    /// Its path beneath its source's root; empty, which the source refuses, if it is not
+    /// beneath it (the walk built `path` on that root, so it is).
+    fn source_rel(&self) -> &[u8] {
+        self.source.rel_of(&self.path).unwrap_or_default()
+    }
+
+    fn open(&self) -> std::io::Result<PosixSourceFile> {
+        Ok(self.source.open(self.source_rel())?)
+    }
+
+    /// Whether `st` is still the version that was listed (and announced).
+    fn is_listed_version(&self, st: &crate::store::Stat) -> bool {
+        st.is_version(self.size, (self.mtime_s, self.mtime_ns))
     }
 }
 
@@ -361,7 +370,7 @@ impl Driver<'_> {
                     let id = self.next_id;
                     self.next_id += 1;
                     let (kind, size, stripe) = (f.kind, f.size, f.stripe);
-                    let info = Arc::new(SrcInfo { path: f.path, rel: f.rel, size: f.size, mtime_s: f.mtime_s, mtime_ns: f.mtime_ns, finished: AtomicBool::new(false), beneath: f.beneath });
+                    let info = Arc::new(SrcInfo { path: f.path, rel: f.rel, size: f.size, mtime_s: f.mtime_s, mtime_ns: f.mtime_ns, finished: AtomicBool::new(false), source: f.source });
                     if kind == EntryKind::File {
                         Progress::add(&progress.files_total, 1);
                         Progress::add(&progress.bytes_total, size);
@@ -527,12 +536,12 @@ impl Driver<'_> {
     fn file_end(&mut self, id: u64, file_hash: [u8; 32]) -> Result<(), TransferError> {
         use tern_proto::session::sender::ReadTrouble;
         let f = self.machine.payload(id).expect("FileEnd for a file held").clone();
-        match std::fs::symlink_metadata(&f.path) {
-            Ok(md) if md.size() == f.size && md.mtime() == f.mtime_s && md.mtime_nsec() as u32 == f.mtime_ns => {
+        match f.source.stat(f.source_rel()) {
+            Ok(st) if f.is_listed_version(&st) => {
                 self.writer.send(&Control::FileEnd { id, file_hash, size: f.size, mtime_s: f.mtime_s, mtime_ns: f.mtime_ns })?;
             }
             Ok(_) => self.machine.read_failed(id, ReadTrouble::Changed, CHANGED.into()),
-            Err(e) => self.machine.read_failed(id, ReadTrouble::Other, format!("cannot stat after reading: {}", err_text(&e))),
+            Err(e) => self.machine.read_failed(id, ReadTrouble::Other, format!("cannot stat after reading: {e}")),
         }
         Ok(())
     }
@@ -732,7 +741,7 @@ fn walker(events: Sender<Event>, writer: Arc<CtrlWriter>, memory: Arc<Mutex<Send
         }
         let mut entries = Vec::with_capacity(batch.len());
         for f in batch.iter() {
-            let hash = if opts.checksum() && f.kind == EntryKind::File { f.open().and_then(|file| crate::store::hashing::hash_file(&file, f.size, opts.chunk_size)).ok() } else { None };
+            let hash = if opts.checksum() && f.kind == EntryKind::File { f.open().and_then(|file| crate::store::hashing::hash_source_file(&file, f.size, opts.chunk_size)).ok() } else { None };
             entries.push(Entry {
                 id: *next_id,
                 kind: f.kind,
@@ -852,7 +861,7 @@ fn send_worker(mut conn: DataConn, work: Receiver<Work>, events: Sender<Event>, 
     let trailer = if sealer.is_some() { TAG_LEN } else { 0 };
     let mut out = BufWriter::with_capacity(256 << 10, &mut conn.stream);
     let mut seq = 0u64;
-    let mut open: Option<(u64, File)> = None;
+    let mut open: Option<(u64, PosixSourceFile)> = None;
     let faults = faults();
     loop {
         // Flush buffered small frames before waiting: the receiver may be waiting on them.
@@ -882,20 +891,20 @@ fn send_worker(mut conn: DataConn, work: Receiver<Work>, events: Sender<Event>, 
                 }
             }
         }
-        let file = &open.as_ref().unwrap().1;
+        let Some((_, file)) = &open else { continue };
         let data = &mut buf[PREFIX..PREFIX + w.len as usize];
-        if let Err(e) = file.read_exact_at(data, w.offset) {
-            let error = if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        if let Err(e) = file.read_at(w.offset, data) {
+            let error = if e.kind == crate::store::Kind::Changed {
                 TransferError::file(Side::Source, w.file.path.display().to_string(), CHANGED)
             } else {
-                TransferError::io(Side::Source, w.file.path.display().to_string(), "read failed", &e)
+                e.to_transfer(Side::Source, w.file.path.display().to_string(), "read failed")
             };
             let _ = events.send(Event::ReadFailed { id: w.id, error });
             continue;
         }
         if w.whole {
             // A single-chunk file completes with this frame: check it did not change under us.
-            let same = file.metadata().is_ok_and(|md| md.size() == w.file.size && md.mtime() == w.file.mtime_s && md.mtime_nsec() as u32 == w.file.mtime_ns);
+            let same = file.stat().is_ok_and(|st| w.file.is_listed_version(&st));
             if !same {
                 let error = TransferError::file(Side::Source, w.file.path.display().to_string(), CHANGED);
                 let _ = events.send(Event::ReadFailed { id: w.id, error });

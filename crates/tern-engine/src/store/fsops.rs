@@ -305,6 +305,12 @@ impl Beneath {
         }
     }
 
+    /// `lstat` beneath the root: links on the way followed while they stay beneath, a final one
+    /// not (it is the entry itself).
+    pub fn lstat(&self, path: &Path) -> io::Result<rfs::Stat> {
+        Ok(rfs::fstat(&self.at(path, OFlags::PATH | OFlags::NOFOLLOW)?)?)
+    }
+
     pub fn mkdir(&self, path: &Path) -> io::Result<()> {
         let parent = path.parent().ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
         let name = path.file_name().ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;

@@ -2,7 +2,8 @@
 //! every store implements and one conformance suite (`conformance.rs`) that every store passes.
 //! The contract in prose, with the reasons: `docs/store.md`.
 //!
-//! Only the destination half (`Sink`, `Part`) exists so far. Implementations: `posix::PosixSink`
+//! The source half (`Source`, `SourceFile`) is in `source.rs`, with its own suite
+//! (`source_conformance.rs`). The destination half (`Sink`, `Part`): implementations `posix::PosixSink`
 //! (today's descriptor-relative code over `fsops` and `journal`) and `mem::MemSink` (in memory,
 //! deterministic, with a power-loss model, for simulations and tests). The interface is shaped for
 //! an object store next (a chunk is a multipart part, `publish` is CompleteMultipartUpload) and for
@@ -31,6 +32,14 @@ pub(crate) mod conformance;
 #[cfg(test)]
 pub(crate) mod mem;
 pub(crate) mod posix;
+#[warn(dead_code)]
+pub(crate) mod posix_source;
+pub(crate) mod source;
+pub(crate) use source::{Source, SourceFile};
+#[cfg(test)]
+pub(crate) mod mem_source;
+#[cfg(test)]
+pub(crate) mod source_conformance;
 
 // Storage that predates the interface above, and the roots and file-system requests over it; the
 // dead-code allowance above is not theirs.
@@ -65,18 +74,21 @@ pub(crate) enum Kind {
     /// Something of the wrong type stands there (a directory where a file is published, a file
     /// where a directory is needed).
     Conflict,
+    /// A source file is not the version listed: it ended early (shrank) while it was read.
+    Changed,
     Other,
 }
 
 impl Kind {
-    /// The engine's error kind (`--json`'s `kind`): `Refused` and `Conflict` are `other` there.
+    /// The engine's error kind (`--json`'s `kind`): `Refused`, `Conflict` and `Changed` are
+    /// `other` there.
     pub(crate) fn error_kind(self) -> ErrorKind {
         match self {
             Self::NotFound => ErrorKind::NotFound,
             Self::NoSpace => ErrorKind::NoSpace,
             Self::ResourceLimit => ErrorKind::ResourceLimit,
             Self::PermissionDenied => ErrorKind::PermissionDenied,
-            Self::Refused | Self::Conflict | Self::Other => ErrorKind::Other,
+            Self::Refused | Self::Conflict | Self::Changed | Self::Other => ErrorKind::Other,
         }
     }
 
@@ -375,6 +387,21 @@ mod tests {
     #[test]
     fn mem_sink_conforms() {
         super::conformance::run(super::mem::tests::fixture);
+    }
+
+    #[test]
+    fn posix_source_conforms() {
+        super::source_conformance::run(super::posix_source::tests::fixture_unconfined);
+    }
+
+    #[test]
+    fn posix_source_beneath_a_root_conforms() {
+        super::source_conformance::run(super::posix_source::tests::fixture_beneath);
+    }
+
+    #[test]
+    fn mem_source_conforms() {
+        super::source_conformance::run(super::mem_source::tests::fixture);
     }
 
     /// `--delete`'s plan: top-most extras only, kept paths walked into, excluded ones and the

@@ -138,7 +138,7 @@ impl PosixSink {
     }
 }
 
-fn stat_of(st: &rustix::fs::Stat) -> Stat {
+pub(crate) fn stat_of(st: &rustix::fs::Stat) -> Stat {
     let kind = match st.st_mode & libc::S_IFMT {
         libc::S_IFREG => EntryType::File,
         libc::S_IFDIR => EntryType::Dir,

@@ -13,6 +13,8 @@ use tern_proto::filter::Filter;
 
 use crate::error::{Side, TransferError};
 use crate::store::fsops::Beneath;
+use crate::store::posix_source::{PosixSource, PosixSourceFile};
+use crate::store::{Result as StoreResult, Source};
 
 /// One source argument: where it is, and the name it gets at the destination (`None` copies its
 /// contents, as `src/.` does).
@@ -35,8 +37,9 @@ pub struct SrcFile {
     pub mtime_s: i64,
     pub mtime_ns: u32,
     pub target: Vec<u8>,
-    /// Daemon mode: opened beneath this root, never through a link that leaves it.
-    pub beneath: Option<Arc<Beneath>>,
+    /// Where its data is read from: the source argument it was found under (beneath a daemon's
+    /// root in daemon mode, never through a link that leaves it).
+    pub(crate) source: Arc<PosixSource>,
     /// (device, inode) of a regular file with more than one name, to send later names as links.
     pub inode: Option<(u64, u64)>,
     /// Only these bytes of the file move (`Entry::stripe`).
@@ -44,18 +47,28 @@ pub struct SrcFile {
 }
 
 impl SrcFile {
-    /// Opens the file to read its data.
-    pub fn open(&self) -> std::io::Result<fs::File> {
-        match &self.beneath {
-            Some(b) => b.open_file(&self.path),
-            None => fs::File::open(&self.path),
-        }
+    /// Its path beneath its source's root (empty, which every open refuses, if it is not
+    /// beneath it: the walk builds every path by joining names onto that root, so it is).
+    pub(crate) fn source_rel(&self) -> &[u8] {
+        self.source.rel_of(&self.path).unwrap_or_default()
     }
+
+    /// Opens the file to read its data.
+    pub(crate) fn open(&self) -> StoreResult<PosixSourceFile> {
+        self.source.open(self.source_rel())
+    }
+}
+
+/// The source a walk of `spec` reads through: its directory, or the directory holding it when
+/// it is not one (a single file or link).
+fn source_of(spec: &SourceSpec, md: &fs::Metadata) -> Arc<PosixSource> {
+    let root = if md.is_dir() { spec.path.clone() } else { spec.path.parent().map(Path::to_path_buf).unwrap_or_default() };
+    Arc::new(PosixSource::new(root, spec.beneath.clone()))
 }
 
 /// `probe` is where to look (a path through an open directory descriptor, in daemon mode),
 /// `path` the entry's own path, for messages and later opens.
-fn describe_at(path: &Path, probe: &Path, md: &fs::Metadata) -> Option<SrcFile> {
+fn describe_at(path: &Path, probe: &Path, md: &fs::Metadata, source: &Arc<PosixSource>) -> Option<SrcFile> {
     let ft = md.file_type();
     let (kind, target) = if ft.is_file() {
         (EntryKind::File, Vec::new())
@@ -75,28 +88,28 @@ fn describe_at(path: &Path, probe: &Path, md: &fs::Metadata) -> Option<SrcFile> 
         mtime_s: md.mtime(),
         mtime_ns: md.mtime_nsec() as u32,
         target,
-        beneath: None,
+        source: source.clone(),
         inode: (kind == EntryKind::File && md.nlink() > 1).then(|| (md.dev(), md.ino())),
         stripe: None,
     })
 }
 
-fn describe(path: &Path, md: &fs::Metadata) -> Option<SrcFile> {
-    describe_at(path, path, md)
+fn describe(path: &Path, md: &fs::Metadata, source: &Arc<PosixSource>) -> Option<SrcFile> {
+    describe_at(path, path, md, source)
 }
 
 /// `lstat` and describe, reporting (and skipping) what cannot be read or is not copyable.
-fn inspect(path: &Path, unreadable: &str, warn: &mut dyn FnMut(TransferError)) -> Option<SrcFile> {
-    inspect_at(path, path, unreadable, warn)
+fn inspect(path: &Path, source: &Arc<PosixSource>, unreadable: &str, warn: &mut dyn FnMut(TransferError)) -> Option<SrcFile> {
+    inspect_at(path, path, source, unreadable, warn)
 }
 
-fn inspect_at(path: &Path, probe: &Path, unreadable: &str, warn: &mut dyn FnMut(TransferError)) -> Option<SrcFile> {
+fn inspect_at(path: &Path, probe: &Path, source: &Arc<PosixSource>, unreadable: &str, warn: &mut dyn FnMut(TransferError)) -> Option<SrcFile> {
     match fs::symlink_metadata(probe) {
         Err(e) => {
             warn(TransferError::io(Side::Source, path.display().to_string(), unreadable, &e));
             None
         }
-        Ok(md) => describe_at(path, probe, &md).or_else(|| {
+        Ok(md) => describe_at(path, probe, &md, source).or_else(|| {
             warn(TransferError::file(Side::Source, path.display().to_string(), "not a regular file, directory or symlink; skipped"));
             None
         }),
@@ -147,7 +160,8 @@ pub fn walk(sources: &[SourceSpec], recursive: bool, filter: &Filter, emit: &mut
             continue;
         }
         let md = fs::symlink_metadata(&s.path).map_err(|e| TransferError::io(Side::Source, s.path.display().to_string(), "cannot read", &e))?;
-        let Some(mut root) = describe(&s.path, &md) else {
+        let source = source_of(s, &md);
+        let Some(mut root) = describe(&s.path, &md, &source) else {
             warn(TransferError::file(Side::Source, s.path.display().to_string(), "not a regular file, directory or symlink; skipped"));
             continue;
         };
@@ -160,11 +174,10 @@ pub fn walk(sources: &[SourceSpec], recursive: bool, filter: &Filter, emit: &mut
             continue;
         }
         root.rel = rel.clone();
-        root.beneath = s.beneath.clone();
         if (s.base.is_some() || !is_dir) && !emit(root) {
             return Ok(());
         }
-        if is_dir && !walk_dir(&s.path, &rel, s.beneath.as_ref(), filter, emit, warn) {
+        if is_dir && !walk_dir(&s.path, &rel, &source, filter, emit, warn) {
             return Ok(());
         }
     }
@@ -181,6 +194,7 @@ pub fn walk_list(source: &SourceSpec, list: &[Vec<u8>], recursive: bool, filter:
     if !md.is_dir() {
         return Err(TransferError::fatal(Side::Source, format!("{}: --files-from needs the source to be a directory", root.display())));
     }
+    let src = source_of(source, &md);
     let mut emitted: std::collections::HashSet<Vec<u8>> = std::collections::HashSet::new();
     'paths: for rel in list {
         if rel.is_empty() || emitted.contains(rel) {
@@ -194,7 +208,7 @@ pub fn walk_list(source: &SourceSpec, list: &[Vec<u8>], recursive: bool, filter:
                 continue;
             }
             let path = root.join(std::ffi::OsStr::from_bytes(&parent));
-            let Some(mut d) = fs::symlink_metadata(&path).ok().and_then(|m| describe(&path, &m)).filter(|d| d.kind == EntryKind::Dir) else {
+            let Some(mut d) = fs::symlink_metadata(&path).ok().and_then(|m| describe(&path, &m, &src)).filter(|d| d.kind == EntryKind::Dir) else {
                 warn(TransferError::file(Side::Source, root.join(std::ffi::OsStr::from_bytes(rel)).display().to_string(), "listed in --files-from, but a parent is not a directory here; skipped"));
                 continue 'paths;
             };
@@ -202,20 +216,18 @@ pub fn walk_list(source: &SourceSpec, list: &[Vec<u8>], recursive: bool, filter:
                 continue 'paths;
             }
             d.rel = parent.clone();
-            d.beneath = source.beneath.clone();
             emitted.insert(parent);
             if !emit(d) {
                 return Ok(());
             }
         }
         let path = root.join(std::ffi::OsStr::from_bytes(rel));
-        let Some(mut f) = inspect(&path, "listed in --files-from, but cannot read", warn) else { continue };
+        let Some(mut f) = inspect(&path, &src, "listed in --files-from, but cannot read", warn) else { continue };
         let is_dir = f.kind == EntryKind::Dir;
         if filter.excludes(rel, is_dir) {
             continue;
         }
         f.rel = rel.clone();
-        f.beneath = source.beneath.clone();
         emitted.insert(rel.clone());
         if !emit(f) {
             return Ok(());
@@ -223,7 +235,7 @@ pub fn walk_list(source: &SourceSpec, list: &[Vec<u8>], recursive: bool, filter:
         if is_dir && recursive {
             // Entries under it that are listed too are skipped later (emitted once).
             let mut deduped = |f: SrcFile| if emitted.insert(f.rel.clone()) { emit(f) } else { true };
-            if !walk_dir(&path, rel, source.beneath.as_ref(), filter, &mut deduped, warn) {
+            if !walk_dir(&path, rel, &src, filter, &mut deduped, warn) {
                 return Ok(());
             }
         }
@@ -232,12 +244,12 @@ pub fn walk_list(source: &SourceSpec, list: &[Vec<u8>], recursive: bool, filter:
 }
 
 /// Depth-first, names sorted for a deterministic order. Returns false if `emit` asked to stop.
-fn walk_dir(dir: &Path, rel: &[u8], beneath: Option<&Arc<Beneath>>, filter: &Filter, emit: &mut dyn FnMut(SrcFile) -> bool, warn: &mut dyn FnMut(TransferError)) -> bool {
+fn walk_dir(dir: &Path, rel: &[u8], source: &Arc<PosixSource>, filter: &Filter, emit: &mut dyn FnMut(SrcFile) -> bool, warn: &mut dyn FnMut(TransferError)) -> bool {
     let mut stack: Vec<(PathBuf, Vec<u8>)> = vec![(dir.to_path_buf(), rel.to_vec())];
     while let Some((dir, rel)) = stack.pop() {
         // Daemon mode: the directory is opened beneath the root, then listed and looked into
         // through that descriptor, so a link swapped in for it is refused, not walked.
-        let held = match crate::store::fsops::waiting_for_descriptors(|| beneath.map(|b| b.open_dir(&dir)).transpose()) {
+        let held = match crate::store::fsops::waiting_for_descriptors(|| source.beneath().map(|b| b.open_dir(&dir)).transpose()) {
             Ok(fd) => fd,
             Err(e) => {
                 warn(TransferError::io(Side::Source, dir.display().to_string(), "cannot list directory", &e));
@@ -265,8 +277,7 @@ fn walk_dir(dir: &Path, rel: &[u8], beneath: Option<&Arc<Beneath>>, filter: &Fil
             }
             let path = dir.join(&name);
             let probe = through.as_ref().map(|t| t.join(&name));
-            let Some(mut f) = inspect_at(&path, probe.as_deref().unwrap_or(&path), "cannot read", warn) else { continue };
-            f.beneath = beneath.cloned();
+            let Some(mut f) = inspect_at(&path, probe.as_deref().unwrap_or(&path), source, "cannot read", warn) else { continue };
             if if f.kind == EntryKind::Dir { as_dir } else { as_file } {
                 continue;
             }
@@ -309,4 +320,42 @@ pub fn source_spec(path: &Path, contents: bool) -> SourceSpec {
         p.file_name().map(|n| n.as_bytes().to_vec()).or_else(|| p.canonicalize().ok().and_then(|c| c.file_name().map(|n| n.as_bytes().to_vec())))
     };
     SourceSpec { path: path.to_path_buf(), base, beneath: None }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::SourceFile;
+
+    /// Every walked file opens through its source and reads back its bytes, whatever form the
+    /// source argument had: a directory, its contents (`dir/.`), a single file.
+    #[test]
+    fn every_walked_file_reads_through_its_source() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("dir");
+        fs::create_dir_all(dir.join("sub")).unwrap();
+        fs::write(dir.join("a"), b"alpha").unwrap();
+        fs::write(dir.join("sub/b"), b"beta").unwrap();
+        let specs = [source_spec(&dir, false), source_spec(&dir.join("."), false), source_spec(&dir.join("a"), false), source_spec(&dir.join("sub/"), false)];
+        for spec in specs {
+            let mut read = Vec::new();
+            let mut emit = |f: SrcFile| {
+                if f.kind == EntryKind::File {
+                    let mut buf = vec![0u8; f.size as usize];
+                    f.open().unwrap().read_at(0, &mut buf).unwrap();
+                    read.push((f.rel.clone(), buf));
+                }
+                true
+            };
+            walk(std::slice::from_ref(&spec), true, &Filter::default(), &mut emit, &mut |e| panic!("{e:?}")).unwrap();
+            read.sort();
+            let want: Vec<(Vec<u8>, Vec<u8>)> = match spec.base.as_deref() {
+                Some(b"dir") => vec![(b"dir/a".to_vec(), b"alpha".to_vec()), (b"dir/sub/b".to_vec(), b"beta".to_vec())],
+                None => vec![(b"a".to_vec(), b"alpha".to_vec()), (b"sub/b".to_vec(), b"beta".to_vec())],
+                Some(b"a") => vec![(b"a".to_vec(), b"alpha".to_vec())],
+                _ => vec![(b"sub/b".to_vec(), b"beta".to_vec())],
+            };
+            assert_eq!(read, want, "{}", spec.path.display());
+        }
+    }
 }
