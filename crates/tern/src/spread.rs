@@ -63,6 +63,8 @@ pub(crate) struct Plan {
 #[derive(Default)]
 struct Unit {
     paths: Vec<Vec<u8>>,
+    /// Each path's bytes (a stripe's: the stripe's), while the unit is queued.
+    sizes: Vec<u64>,
     /// A stripe of the unit's one file: its bytes move verified and unpublished; the closing
     /// pass publishes the file once every stripe is in (docs/cluster.md "Stripes").
     stripe: Option<Stripe>,
@@ -319,6 +321,7 @@ fn cut(files: Vec<Listed>, pairs: u64, total: u64, stripe_chunk: Option<u32>) ->
         cur_index = index;
         cur.bytes += len;
         cur.paths.push(path);
+        cur.sizes.push(len);
         if alone {
             units.push(std::mem::take(&mut cur));
         }
@@ -345,7 +348,7 @@ fn cut(files: Vec<Listed>, pairs: u64, total: u64, stripe_chunk: Option<u32>) ->
             let mut start = 0;
             while start < len {
                 let end = (start + step).min(len);
-                units.push(Unit { paths: vec![path.clone()], stripe: Some(Stripe { path: path.clone(), start, end }), bytes: end - start, attempts: 0 });
+                units.push(Unit { paths: vec![path.clone()], sizes: vec![end - start], stripe: Some(Stripe { path: path.clone(), start, end }), bytes: end - start, attempts: 0 });
                 start = end;
             }
         }
@@ -512,6 +515,9 @@ pub(crate) fn run(plan: Plan, spec: &ClientSpec, progress: &Arc<Progress>) -> Re
             while waiting_dst.first().is_some_and(|(_, t)| stale(t)) {
                 joined.push((srcs[i % srcs.len()].clone(), waiting_dst.remove(0).0));
             }
+            if !joined.is_empty() {
+                recut_queue(&shared, (i + joined.len()) as u64, spec.options.chunk_size);
+            }
             for (s, d) in joined {
                 progress.notices.lock().unwrap().push(format!("node pair {} to {} joined the transfer", endpoint_name(&s), endpoint_name(&d)));
                 workers.push(scope.spawn(worker(spec, &plan.source_dir, &plan.target, s.clone(), d.clone(), shared.clone(), i)));
@@ -586,6 +592,57 @@ fn publish_totals(shared: &Shared, progress: &Progress) {
     progress.bytes_skipped.store(d.bytes_skipped + sum(|p| Progress::get(&p.bytes_skipped)), Ordering::Relaxed);
     progress.files_done.store(d.files_done + sum(|p| Progress::get(&p.files_done)), Ordering::Relaxed);
     progress.streams.store(sum(|p| Progress::get(&p.streams)), Ordering::Relaxed);
+}
+
+/// Pairs joined mid-transfer: the units still queued are cut again to about a unit each for
+/// every pair there is now (as `cut` does for the whole tree), so the newcomers find work to take
+/// instead of the old pairs keeping the large units cut for fewer of them (measured: with 6 units
+/// for 2 pairs, a pair joining at 20 s took one and the copy ended as late as without it).
+/// Stripes are cut into smaller stripes (whole chunks), batches of files into smaller batches;
+/// a whole file, a unit already tried and a publish stay as they are.
+fn recut_queue(shared: &Shared, pairs: u64, chunk_size: u32) {
+    // The lock order of `finish_unit`: stripes, then the queue.
+    let mut left = shared.stripes_left.lock().unwrap();
+    let mut queue = shared.queue.lock().unwrap();
+    let queued: u64 = queue.iter().map(|u| u.bytes).sum();
+    let size = (queued / (pairs * UNITS_PER_PAIR).max(1)).clamp(UNIT_MIN_BYTES, UNIT_MAX_BYTES);
+    let cs = u64::from(chunk_size.max(1));
+    let (mut publishes, mut units) = (Vec::new(), Vec::new());
+    for u in queue.drain(..) {
+        let pieces = ((u.bytes + size / 2) / size).max(1);
+        match &u.stripe {
+            _ if u.bytes == 0 => publishes.push(u),
+            _ if pieces < 2 || u.attempts > 0 => units.push(u),
+            Some(st) => {
+                let step = (st.end - st.start).div_ceil(pieces).div_ceil(cs) * cs;
+                let mut start = st.start;
+                let mut n = 0;
+                while start < st.end {
+                    let end = (start + step).min(st.end);
+                    units.push(Unit { paths: u.paths.clone(), sizes: vec![end - start], stripe: Some(Stripe { path: st.path.clone(), start, end }), bytes: end - start, attempts: 0 });
+                    start = end;
+                    n += 1;
+                }
+                *left.get_mut(&st.path).expect("every queued stripe is counted") += n - 1;
+            }
+            None if u.paths.len() > 1 => {
+                let mut cur = Unit::default();
+                for (path, len) in u.paths.into_iter().zip(u.sizes) {
+                    if !cur.paths.is_empty() && cur.bytes + len / 2 > size {
+                        units.push(std::mem::take(&mut cur));
+                    }
+                    cur.bytes += len;
+                    cur.paths.push(path);
+                    cur.sizes.push(len);
+                }
+                units.push(cur);
+            }
+            None => units.push(u),
+        }
+    }
+    units.sort_by_key(|u| std::cmp::Reverse(u.bytes));
+    queue.extend(publishes);
+    queue.extend(units);
 }
 
 /// One pair's loop: take a unit, move it in one session, until the queue is empty or the pair
@@ -759,6 +816,45 @@ mod tests {
         assert!(units.iter().all(|u| u.paths.len() <= UNIT_FILES));
         assert!(units.windows(2).all(|w| w[0].bytes >= w[1].bytes), "largest first");
         assert!(units.len() >= 6, "enough units for 3 pairs to balance: {}", units.len());
+    }
+
+    #[test]
+    fn a_pair_joining_finds_the_queued_units_cut_for_every_pair_now() {
+        const CS: u64 = 4 << 20;
+        let files: Vec<Listed> = (0..60u64).map(|i| (format!("h/{i}").into_bytes(), (1 + i % 7) << 20)).chain([(b"big".to_vec(), 3 << 30)]).collect();
+        let total: u64 = files.iter().map(|f| f.1).sum();
+        let units = cut(files.clone(), 2, total, Some(CS as u32));
+        let mut stripes_left = std::collections::HashMap::new();
+        for st in units.iter().filter_map(|u| u.stripe.as_ref()) {
+            *stripes_left.entry(st.path.clone()).or_insert(0) += 1;
+        }
+        let shared = Shared {
+            queue: Mutex::new(std::iter::once(Unit { paths: vec![b"done".to_vec()], ..Unit::default() }).chain(units).collect()),
+            stripes_left: Mutex::new(stripes_left),
+            live: Mutex::default(),
+            done: Mutex::default(),
+            tallies: Mutex::default(),
+            busy: Default::default(),
+        };
+        let before = shared.queue.lock().unwrap().len();
+        recut_queue(&shared, 4, CS as u32);
+        let queue = shared.queue.lock().unwrap();
+        assert!(queue.len() >= before * 2 - 2, "{before} units became {}", queue.len());
+        assert_eq!(queue[0].paths, vec![b"done".to_vec()], "a publish stays at the head");
+        // Every file once, every byte of the big file in exactly one stripe, the stripes counted.
+        let mut seen: Vec<Vec<u8>> = queue.iter().filter(|u| u.stripe.is_none() && u.bytes > 0).flat_map(|u| u.paths.clone()).collect();
+        seen.sort();
+        let mut want: Vec<Vec<u8>> = files.iter().filter(|f| f.0 != b"big").map(|f| f.0.clone()).collect();
+        want.sort();
+        assert_eq!(seen, want);
+        let mut ranges: Vec<(u64, u64)> = queue.iter().filter_map(|u| u.stripe.as_ref()).map(|s| (s.start, s.end)).collect();
+        ranges.sort();
+        assert!(ranges.windows(2).all(|w| w[0].1 == w[1].0) && ranges[0].0 == 0 && ranges.last().unwrap().1 == 3 << 30);
+        assert!(ranges.iter().all(|&(s, _)| s % CS == 0));
+        assert_eq!(shared.stripes_left.lock().unwrap()[b"big".as_slice()], ranges.len());
+        let sum: u64 = queue.iter().map(|u| u.bytes).sum();
+        assert_eq!(sum, total);
+        assert!(queue.iter().skip(1).collect::<Vec<_>>().windows(2).all(|w| w[0].bytes >= w[1].bytes), "largest first");
     }
 
     #[test]
