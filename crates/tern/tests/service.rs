@@ -1834,7 +1834,8 @@ fn cluster_node_a_short_database_cut_does_not_fence_and_its_job_runs_once() {
 
 /// A node cut for longer than its fence interval but back before the others count it silent
 /// (3 heartbeats): it fenced (its transfer stopped), and back on its still-live registration it
-/// re-queues its own attempt and runs the job again itself; the other node never runs it.
+/// re-queues its own attempt (the others never re-queue it), and the job runs again on one node
+/// at a time — usually dtn-a, dtn-b when its claim comes first (seen under CI's load).
 #[test]
 fn cluster_node_back_before_the_others_count_it_silent_re_queues_its_own_job() {
     let Some(pg) = pg::Postgres::start() else { return };
@@ -1860,11 +1861,13 @@ fn cluster_node_back_before_the_others_count_it_silent_re_queues_its_own_job() {
     loop {
         let (on_a, on_b) = (children_of(a.child.id()), children_of(b.child.id()));
         let at = cut.elapsed();
-        assert!(on_b.is_empty(), "dtn-b runs job {id} at {at:?}: {on_b:?}");
+        // Before the restore only dtn-a may run it (the others count it live until 9 s); once
+        // dtn-a re-queued its own attempt, whichever node claims first runs it: never both.
+        assert!(on_b.is_empty() || (restored && on_a.is_empty()), "dtn-b runs job {id} at {at:?}: {on_b:?} (dtn-a: {on_a:?})");
         if on_a.is_empty() && stopped.is_none() {
             stopped = Some(at);
         }
-        if !on_a.is_empty() && on_a != child && again.is_none() {
+        if ((!on_a.is_empty() && on_a != child) || !on_b.is_empty()) && again.is_none() {
             again = Some(at);
         }
         if !restored && at >= Duration::from_millis(7 * beat_ms / 3) {
@@ -1881,12 +1884,15 @@ fn cluster_node_back_before_the_others_count_it_silent_re_queues_its_own_job() {
         std::thread::sleep(Duration::from_millis(20));
     }
     println!("after the cut: dtn-a's transfer stopped at {stopped:?}, ran again at {again:?}, job done at {:?}", cut.elapsed());
-    let (stopped, again) = (stopped.expect("dtn-a fenced its transfer"), again.expect("dtn-a ran the job again"));
+    let (stopped, again) = (stopped.expect("dtn-a fenced its transfer"), again.expect("the job ran again"));
     assert!(stopped < Duration::from_millis(7 * beat_ms / 3) && again > stopped, "stopped {stopped:?}, again {again:?}");
     let log = log_of(&a);
     assert!(log.contains("node dtn-a of cluster site-a is fenced") && log.contains("its registration is still live"), "{log}");
     assert!(log.contains("re-queued 1 of this node's job attempt(s)") && !log.contains("registered again"), "{log}");
-    assert_eq!((run_node(&pg, id), claims(&pg, id)), ("dtn-a".to_string(), "2".to_string()), "claimed twice, both times by dtn-a");
+    // Claimed twice: first by dtn-a, then by whichever node took the attempt dtn-a re-queued
+    // (usually dtn-a itself; under load dtn-b's claim can come first).
+    assert_eq!(claims(&pg, id), "2", "claimed twice");
+    assert!(["dtn-a", "dtn-b"].contains(&run_node(&pg, id).as_str()));
     assert_same_tree(&src, &dst);
 }
 
