@@ -6,7 +6,6 @@
 //! (`fsops::Tag`, docs/journal.md): tern's reserved namespace in that directory, which `list`
 //! leaves out and a user's entry may not take.
 
-use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -15,14 +14,13 @@ use std::sync::atomic::AtomicBool;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 
-use tern_proto::chunk::{chunk_count, chunk_range};
+use tern_proto::chunk::chunk_count;
 use tern_proto::path::{file_name, parent};
 
-use super::{EntryType, Features, Kind, Listed, Meta, Part, PartSpec, Result, Resume, Sink, Stat, StoreError, check, check_entry, join};
-use crate::faults::chunk_hash;
+use super::{EntryType, Features, Kind, Listed, Meta, Part, PartSpec, Result, Resume, Sink, Stat, StoreError, check, check_entry, join, rehash_claimed};
 use crate::store::fsops::{self, Beneath, DestRoot, Dir};
 use crate::store::hashing::is_zero;
-use crate::store::journal::{Journal, JournalHeader};
+use crate::store::journal::{Claim, Journal, JournalHeader};
 
 /// A destination directory. `links_beneath`: refuse a symlink whose target could resolve outside
 /// that root (a daemon's, unless `serve --allow-links-out`), judged by where the kernel puts the
@@ -30,11 +28,20 @@ use crate::store::journal::{Journal, JournalHeader};
 pub(crate) struct PosixSink {
     root: DestRoot,
     links_beneath: Option<Arc<Beneath>>,
+    /// Start each write's writeback at once (`sync_file_range`, no wait), so making a part
+    /// durable (a barrier, a seal) waits only for the tail, not the whole file.
+    write_behind: bool,
 }
 
 impl PosixSink {
     pub(crate) fn new(root: DestRoot, links_beneath: Option<Arc<Beneath>>) -> Self {
-        Self { root, links_beneath }
+        Self { root, links_beneath, write_behind: false }
+    }
+
+    /// Parts opened from now on start each write's writeback as it lands (durable mode).
+    pub(crate) fn with_write_behind(mut self, on: bool) -> Self {
+        self.write_behind = on;
+        self
     }
 
     /// The directory `rel` is in, opened beneath the root, with its tag; `rel`'s own name must
@@ -118,24 +125,6 @@ impl PosixSink {
         }
         Ok(())
     }
-
-    /// The chunks of `tmp` that `records` claim and its data proves (re-hashed): after a power
-    /// loss a journal may claim more than reached the disk (docs/journal.md).
-    fn proven(part: &File, spec: &PartSpec, records: Vec<(u64, [u8; 32])>) -> Vec<(u64, [u8; 32])> {
-        let chunks = chunk_count(spec.size, spec.chunk_size);
-        let mut buf = vec![0u8; spec.chunk_size as usize];
-        let mut proven = BTreeMap::new();
-        for (index, hash) in records {
-            if index >= chunks || proven.contains_key(&index) {
-                continue;
-            }
-            let (off, len) = chunk_range(spec.size, spec.chunk_size, index);
-            if part.read_exact_at(&mut buf[..len as usize], off).is_ok() && chunk_hash(&buf[..len as usize]) == hash {
-                proven.insert(index, hash);
-            }
-        }
-        proven.into_iter().collect()
-    }
 }
 
 pub(crate) fn stat_of(st: &rustix::fs::Stat) -> Stat {
@@ -175,16 +164,30 @@ impl Sink for PosixSink {
         let (tmp, journal_name) = dir.tag.temp_names(file_name(rel));
         let header = JournalHeader { size: spec.size, mtime_s: spec.mtime.0, mtime_ns: spec.mtime.1, chunk_size: spec.chunk_size };
         // Single-chunk files keep no journal: resending one chunk costs what re-hashing it would.
-        let journaled = chunk_count(spec.size, spec.chunk_size) > 1;
-        let mut resume = Resume { chunks: Vec::new(), fresh: true };
+        let journaled = chunk_count(spec.size, spec.chunk_size) > 1 || spec.stripe.is_some();
+        let mut resume = Resume { chunks: Vec::new(), fresh: true, sealed: false };
         let mut journal = None;
-        if journaled
+        if let Some((first, end)) = spec.stripe {
+            // Shared with the file's other stripes, which may be writing it now from other
+            // nodes: joined (or started), only this stripe's chunks resumed, nothing removed
+            // that another stripe wrote, and never sparse (the part is not this writer's).
+            let (j, records) = join_shared_part(&dir, &tmp, &journal_name, &header)?;
+            journal = Some(j);
+            resume.fresh = false;
+            if spec.resume
+                && let Ok(part) = fsops::open_read(&dir, &tmp)
+            {
+                rehash_claimed(&|buf, off| part.read_exact_at(buf, off).is_ok(), spec.size, spec.chunk_size, records.into_iter().filter(|(i, _, _)| (first..end).contains(i)), &mut resume.chunks);
+            }
+        } else if journaled
             && spec.resume
-            && let Some((h, records)) = Journal::read(&dir, &journal_name)?
+            && let Some((h, records)) = Journal::read_sealed(&dir, &journal_name)?
             && h == header
             && let Ok(part) = fsops::open_read(&dir, &tmp)
         {
-            resume = Resume { chunks: Self::proven(&part, spec, records), fresh: false };
+            let (_, sealed) = rehash_claimed(&|buf, off| part.read_exact_at(buf, off).is_ok(), spec.size, spec.chunk_size, records, &mut resume.chunks);
+            resume.fresh = false;
+            resume.sealed = sealed;
             journal = Some(Journal::reopen(&dir, &journal_name)?);
         }
         if resume.fresh {
@@ -194,6 +197,7 @@ impl Sink for PosixSink {
                 journal = Some(Journal::create(&dir, &journal_name, &header)?);
             }
         }
+        resume.chunks.sort_unstable_by_key(|&(index, _)| index);
         // Out of descriptors, wait for files in flight to land and give theirs back.
         let file = fsops::waiting_for_descriptors(|| fsops::open_temp(&dir, &tmp))?;
         let part = PosixPart {
@@ -205,6 +209,7 @@ impl Sink for PosixSink {
             journal,
             size: spec.size,
             fresh: resume.fresh,
+            write_behind: self.write_behind,
             written_end: AtomicU64::new(0),
             finished: AtomicBool::new(false),
             gone: AtomicBool::new(false),
@@ -287,6 +292,7 @@ pub(crate) struct PosixPart {
     size: u64,
     /// The temporary did not exist before: all-zero blocks may be left as holes.
     fresh: bool,
+    write_behind: bool,
     /// End of the furthest byte written: a fresh file that reached its size needs no truncate.
     written_end: AtomicU64,
     finished: AtomicBool,
@@ -306,7 +312,7 @@ impl PosixPart {
 impl Part for PosixPart {
     fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
         self.live()?;
-        let end = if self.fresh { write_sparse(&self.file, data, offset)? } else { self.file.write_all_at(data, offset).map(|_| offset + data.len() as u64)? };
+        let end = write_chunk(&self.file, data, offset, self.fresh, self.write_behind)?;
         self.written_end.fetch_max(end, Relaxed);
         Ok(())
     }
@@ -334,6 +340,14 @@ impl Part for PosixPart {
         match &self.journal {
             Some(j) => Ok(j.append(index, hash)?),
             None => Ok(()),
+        }
+    }
+
+    fn seal(&self, first: u64, end: u64, stripe_hash: &[u8; 32]) -> Result<()> {
+        self.live()?;
+        match &self.journal {
+            Some(j) => seal_durable(&self.file, j, first, end, stripe_hash),
+            None => Err(StoreError::new(Kind::Other, "a part of one chunk keeps no journal to seal")),
         }
     }
 
@@ -382,6 +396,60 @@ impl Part for PosixPart {
         fsops::unlink_at(&self.dir, &self.tmp)?;
         Ok(fsops::unlink_at(&self.dir, &self.journal_name)?)
     }
+}
+
+/// Writes one chunk's `data` at `off` of a part's temporary, in one `pwrite` (all-zero 64 KiB
+/// blocks of a `fresh` file left as holes), and with `write_behind` starts its writeback
+/// (`start_writeback`). Returns where the last write ended.
+pub(crate) fn write_chunk(file: &File, data: &[u8], off: u64, fresh: bool, write_behind: bool) -> io::Result<u64> {
+    let end = if fresh { write_sparse(file, data, off)? } else { file.write_all_at(data, off).map(|_| off + data.len() as u64)? };
+    if write_behind {
+        start_writeback(file, off, data.len() as u64);
+    }
+    Ok(end)
+}
+
+/// Queues `len` bytes at `off` of `file` for writeback (0, 0: all of it) and returns at once
+/// (`sync_file_range(SYNC_FILE_RANGE_WRITE)`, no wait): what is made durable later waits only
+/// for the tail.
+pub(crate) fn start_writeback(file: &File, off: u64, len: u64) {
+    unsafe {
+        libc::sync_file_range(std::os::fd::AsRawFd::as_raw_fd(file), off as i64, len as i64, libc::SYNC_FILE_RANGE_WRITE);
+    }
+}
+
+/// Makes a part's data durable (`fdatasync`: write-behind already started each chunk's
+/// writeback, so this waits for the tail), then seals chunks `first..end` in its journal
+/// (docs/journal.md "Seals"): never a seal over data that is not durable.
+pub(crate) fn seal_durable(file: &File, journal: &Journal, first: u64, end: u64, stripe_hash: &[u8; 32]) -> Result<()> {
+    rustix::fs::fdatasync(file)?;
+    Ok(journal.seal(first, end, stripe_hash)?)
+}
+
+/// Joins the partial file and journal that a file's stripes share, starting them if this is the
+/// first stripe here. A journal of another version of the file (a leftover) is started over:
+/// its temporary removed before the new header is written, so no stripe joins a stale part.
+/// A journal whose header is still being written (another stripe just made it) is waited for;
+/// one whose header stays unreadable (torn by a crash) is a leftover too.
+pub(crate) fn join_shared_part(dir: &impl std::os::fd::AsFd, tmp: &[u8], jname: &[u8], header: &JournalHeader) -> io::Result<(Journal, Vec<Claim>)> {
+    const WAIT: std::time::Duration = std::time::Duration::from_millis(5);
+    const TRIES: u32 = 400; // 2 s: a header is one write after the create
+    for _ in 0..TRIES {
+        match Journal::read_sealed(dir, jname)? {
+            Some((h, records)) if &h == header => return Ok((Journal::reopen(dir, jname)?, records)),
+            Some(_) => break,
+            None => {
+                if let Some(j) = Journal::create_shared(dir, jname, header, || fsops::unlink_at(dir, tmp))? {
+                    return Ok((j, Vec::new()));
+                }
+                std::thread::sleep(WAIT);
+            }
+        }
+    }
+    // A leftover: its temporary goes, then the journal restarts. A stripe of this version
+    // racing here writes the same header, and what either wrote is re-hashed before it counts.
+    fsops::unlink_at(dir, tmp)?;
+    Ok((Journal::create(dir, jname, header)?, Vec::new()))
 }
 
 /// Writes the non-zero 64 KiB blocks of `data` at `off` (all-zero ones read back as zeros from
