@@ -9,10 +9,10 @@
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, OnceLock};
 
 use tern_proto::chunk::chunk_count;
 use tern_proto::path::{file_name, parent};
@@ -198,14 +198,12 @@ impl Sink for PosixSink {
             }
         }
         resume.chunks.sort_unstable_by_key(|&(index, _)| index);
-        // Out of descriptors, wait for files in flight to land and give theirs back.
-        let file = fsops::waiting_for_descriptors(|| fsops::open_temp(&dir, &tmp))?;
         let part = PosixPart {
             dir,
             tmp,
             name: file_name(rel).to_vec(),
             journal_name,
-            file,
+            file: OnceLock::new(),
             journal,
             size: spec.size,
             fresh: resume.fresh,
@@ -287,7 +285,10 @@ pub(crate) struct PosixPart {
     tmp: Vec<u8>,
     name: Vec<u8>,
     journal_name: Vec<u8>,
-    file: File,
+    /// The temporary, opened (created) by the first call that needs it, in the writer's thread:
+    /// a tree's temporaries are created in parallel by the streams, and a part holds no
+    /// descriptor for its data before its data arrives. Or why it could not be opened.
+    file: OnceLock<Result<File>>,
     journal: Option<Journal>,
     size: u64,
     /// The temporary did not exist before: all-zero blocks may be left as holes.
@@ -301,6 +302,15 @@ pub(crate) struct PosixPart {
 }
 
 impl PosixPart {
+    /// The temporary, opened on first use; out of descriptors, it waits for files in flight to
+    /// land and give theirs back.
+    fn file(&self) -> Result<&File> {
+        match self.file.get_or_init(|| Ok(fsops::waiting_for_descriptors(|| fsops::open_temp(&self.dir, &self.tmp))?)) {
+            Ok(f) => Ok(f),
+            Err(e) => Err(StoreError { kind: e.kind, errno: e.errno, message: e.message.clone() }),
+        }
+    }
+
     fn live(&self) -> Result<()> {
         if self.gone.load(Relaxed) {
             return Err(StoreError::new(Kind::Other, "this partial file was already published or abandoned"));
@@ -312,7 +322,7 @@ impl PosixPart {
 impl Part for PosixPart {
     fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
         self.live()?;
-        let end = write_chunk(&self.file, data, offset, self.fresh, self.write_behind)?;
+        let end = write_chunk(self.file()?, data, offset, self.fresh, self.write_behind)?;
         self.written_end.fetch_max(end, Relaxed);
         Ok(())
     }
@@ -323,7 +333,7 @@ impl Part for PosixPart {
         }
         let mut done = 0;
         while done < buf.len() {
-            match self.file.read_at(&mut buf[done..], offset + done as u64) {
+            match self.file()?.read_at(&mut buf[done..], offset + done as u64) {
                 Ok(0) => break,
                 Ok(n) => done += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -346,7 +356,7 @@ impl Part for PosixPart {
     fn seal(&self, first: u64, end: u64, stripe_hash: &[u8; 32]) -> Result<()> {
         self.live()?;
         match &self.journal {
-            Some(j) => seal_durable(&self.file, j, first, end, stripe_hash),
+            Some(j) => seal_durable(self.file()?, j, first, end, stripe_hash),
             None => Err(StoreError::new(Kind::Other, "a part of one chunk keeps no journal to seal")),
         }
     }
@@ -356,12 +366,12 @@ impl Part for PosixPart {
         // A fresh file whose last byte was written already has its length; otherwise a hole at
         // the end, or a longer stale temporary, needs the truncate.
         if !(self.fresh && self.written_end.load(Relaxed) == self.size) {
-            self.file.set_len(self.size)?;
+            self.file()?.set_len(self.size)?;
         }
-        fsops::set_meta(&self.file, meta.mode, meta.mtime)?;
+        fsops::set_meta(self.file()?, meta.mode, meta.mtime)?;
         // What publish will move must be the file that was written: if anything else took the
         // temporary's name meanwhile, land nothing.
-        let written = rustix::fs::fstat(&self.file)?;
+        let written = rustix::fs::fstat(self.file()?)?;
         match fsops::stat_at(&self.dir, &self.tmp)? {
             Some(st) if (st.st_dev, st.st_ino) == (written.st_dev, written.st_ino) => {}
             _ => {
@@ -377,12 +387,12 @@ impl Part for PosixPart {
         if !self.finished.load(Relaxed) {
             return Err(StoreError::new(Kind::Other, "publish before finish"));
         }
-        if let Some(st) = fsops::stat_at(&self.dir, &self.name)?
-            && st.st_mode & libc::S_IFMT == libc::S_IFDIR
-        {
-            return Err(StoreError { kind: Kind::Conflict, errno: Some(libc::EISDIR), message: "a directory stands under the final name; nothing was renamed into place".into() });
-        }
-        fsops::rename_at(&self.dir, &self.tmp, &self.name)?;
+        // No look first (a metadata round trip on a parallel file system): a directory under
+        // the final name makes the rename itself fail (EISDIR), and nothing changes.
+        fsops::rename_at(&self.dir, &self.tmp, &self.name).map_err(|e| match e.raw_os_error() {
+            Some(libc::EISDIR) => StoreError { kind: Kind::Conflict, errno: Some(libc::EISDIR), message: "a directory stands under the final name; nothing was renamed into place".into() },
+            _ => StoreError::from(e),
+        })?;
         self.gone.store(true, Relaxed);
         if self.journal.is_some() {
             let _ = fsops::unlink_at(&self.dir, &self.journal_name);
