@@ -8,7 +8,7 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -33,7 +33,7 @@ use crate::store::fsops::{self, Beneath, DestRoot, Dir, Tag};
 use crate::store::hashing::hash_file;
 use crate::store::journal::{Journal, JournalHeader};
 use crate::store::layout::{self, Layout};
-use crate::store::posix::{self, PosixSink};
+use crate::store::posix::{self, DirCache, PosixSink};
 use crate::store::{self, Sink as _};
 
 /// Flow-control window of the receiver: wanted-but-unfinished bytes and files.
@@ -102,39 +102,6 @@ pub struct ReceiverParams {
     /// Daemon mode: `tern serve --allow-links-out` (links whose targets may resolve outside the
     /// root are created as they are instead of refused).
     pub allow_links_out: bool,
-}
-
-/// The receiver's directory descriptors, shared by the main loop, the stream workers and the
-/// finalizer: opened beneath the root when first needed and kept up to `cap` (one is evicted to
-/// make room), so how many directories the files in flight span never decides how many
-/// descriptors are open. A thread holds a directory's descriptor only while it uses it.
-struct DirCache {
-    root: DestRoot,
-    cap: usize,
-    map: Mutex<HashMap<Vec<u8>, Arc<Dir>>>,
-}
-
-impl DirCache {
-    fn new(root: DestRoot) -> Self {
-        Self { root, cap: dir_cache_size(), map: Mutex::new(HashMap::new()) }
-    }
-
-    /// Directory `rel` beneath the root (empty: the root).
-    fn get(&self, rel: &[u8]) -> std::io::Result<Arc<Dir>> {
-        if let Some(d) = self.map.lock().unwrap().get(rel) {
-            return Ok(d.clone());
-        }
-        let dir = Arc::new(Dir::new(self.root.dir(rel)?)?);
-        let mut map = self.map.lock().unwrap();
-        if map.len() >= self.cap
-            && !map.contains_key(rel)
-            && let Some(evict) = map.keys().next().cloned()
-        {
-            map.remove(&evict);
-        }
-        map.insert(rel.to_vec(), dir.clone());
-        Ok(dir)
-    }
 }
 
 /// A file being written, shared with the stream workers. It holds no directory descriptor: it
@@ -794,7 +761,9 @@ fn init_layout(ctx: &mut Ctx, first: &Entry) -> Result<(), TransferError> {
     match DestRoot::open(beneath, &l.root).and_then(|r| Ok((r.try_clone()?, r))) {
         Ok((for_dirs, r)) => {
             ctx.root = Some(r);
-            ctx.dirs = Some(Arc::new(DirCache::new(for_dirs)));
+            // The receiver's directory descriptors, shared by the main loop, the stream workers,
+            // the finalizer and the store (`posix_sink`).
+            ctx.dirs = Some(Arc::new(DirCache::new(for_dirs, dir_cache_size())));
         }
         // A dry run to a destination that does not exist yet: nothing there to compare.
         Err(err) if p.options.dry_run() && err.raw_os_error() == Some(libc::ENOENT) => {}
@@ -1142,9 +1111,9 @@ fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
         if ctx.p.options.delete()
             && let Some(l) = &ctx.layout
             && l.mirror
-            && let Some(root) = &ctx.root
+            && ctx.root.is_some()
         {
-            let sink = posix_sink(ctx, root)?;
+            let sink = posix_sink(ctx);
             for rel in store::extras(&sink, &ctx.keep, &ctx.p.filter) {
                 plan(ctx, PlanAction::Delete, rel)?;
             }
@@ -1164,7 +1133,7 @@ fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
             ctx.p.progress.error(err);
         }
     }
-    let sink = posix_sink(ctx, root)?;
+    let sink = posix_sink(ctx);
     for link in std::mem::take(&mut ctx.symlinks) {
         let mtime = ctx.p.options.preserve().then_some((link.mtime_s, link.mtime_ns));
         if let Err(e) = sink.symlink(&link.path, &link.target, mtime) {
@@ -1212,12 +1181,13 @@ fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
     Ok(())
 }
 
-/// The destination as a store (`store::PosixSink`), on another handle of the same root; links
-/// a daemon's client makes are held beneath its root unless `serve --allow-links-out`.
-fn posix_sink(ctx: &Ctx, root: &DestRoot) -> Result<PosixSink, TransferError> {
-    let root = fsops::waiting_for_descriptors(|| root.try_clone()).map_err(|e| TransferError::io(Side::Destination, root.path().display().to_string(), "cannot open", &e).into_fatal())?;
+/// The destination as a store (`store::PosixSink`), over the directory cache's handle of the
+/// root and sharing the cache; links a daemon's client makes are held beneath its root unless
+/// `serve --allow-links-out`.
+fn posix_sink(ctx: &Ctx) -> PosixSink {
+    let dirs = ctx.dirs.clone().expect("the destination root is open");
     let write_behind = !ctx.p.options.fsync_none() && !crate::faults::faults().no_write_behind;
-    Ok(PosixSink::new(root, ctx.p.beneath.clone().filter(|_| !ctx.p.allow_links_out)).with_write_behind(write_behind))
+    PosixSink::sharing(dirs, ctx.p.beneath.clone().filter(|_| !ctx.p.allow_links_out)).with_write_behind(write_behind)
 }
 
 /// One data stream: read chunk frames, verify, write. Exits at end of stream.

@@ -6,19 +6,20 @@
 //! (`fsops::Tag`, docs/journal.md): tern's reserved namespace in that directory, which `list`
 //! leaves out and a user's entry may not take.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tern_proto::chunk::chunk_count;
 use tern_proto::path::{file_name, parent};
 
 use super::{EntryType, Features, Kind, Listed, Meta, Part, PartSpec, Result, Resume, Sink, Stat, StoreError, check, check_entry, join, rehash_claimed};
-use crate::store::fsops::{self, Beneath, DestRoot, Dir};
+use crate::store::fsops::{self, Beneath, DestRoot, Dir, Tag};
 use crate::store::hashing::is_zero;
 use crate::store::journal::{Claim, Journal, JournalHeader};
 
@@ -26,7 +27,9 @@ use crate::store::journal::{Claim, Journal, JournalHeader};
 /// that root (a daemon's, unless `serve --allow-links-out`), judged by where the kernel puts the
 /// link's directory (`fsops::link_stays_beneath`).
 pub(crate) struct PosixSink {
-    root: DestRoot,
+    /// The root, and the directories parts are written in (a part names its directory and takes
+    /// the descriptor from here while it uses it).
+    dirs: Arc<DirCache>,
     links_beneath: Option<Arc<Beneath>>,
     /// Start each write's writeback at once (`sync_file_range`, no wait), so making a part
     /// durable (a barrier, a seal) waits only for the tail, not the whole file.
@@ -35,7 +38,18 @@ pub(crate) struct PosixSink {
 
 impl PosixSink {
     pub(crate) fn new(root: DestRoot, links_beneath: Option<Arc<Beneath>>) -> Self {
-        Self { root, links_beneath, write_behind: false }
+        Self::sharing(Arc::new(DirCache::new(root, DirCache::SMALL)), links_beneath)
+    }
+
+    /// A store over `dirs`' root that takes its parts' directories from `dirs`, shared with
+    /// whoever else uses it (the receiver's main loop, streams and finalizer): one bound on the
+    /// directory descriptors open.
+    pub(crate) fn sharing(dirs: Arc<DirCache>, links_beneath: Option<Arc<Beneath>>) -> Self {
+        Self { dirs, links_beneath, write_behind: false }
+    }
+
+    fn root(&self) -> &DestRoot {
+        &self.dirs.root
     }
 
     /// Parts opened from now on start each write's writeback as it lands (durable mode).
@@ -47,9 +61,9 @@ impl PosixSink {
     /// The directory `rel` is in, opened beneath the root, with its tag; `rel`'s own name must
     /// not be in tern's namespace there.
     fn parent_of(&self, rel: &[u8]) -> Result<Dir> {
-        let dir = Dir::new(self.root.dir(parent(rel))?)?;
+        let dir = Dir::new(self.root().dir(parent(rel))?)?;
         if dir.tag.reserves(file_name(rel)) {
-            return Err(StoreError::refused(format!("'{}' is in the name space tern keeps for its own files in that directory; refused", String::from_utf8_lossy(rel))));
+            return Err(reserved(rel));
         }
         Ok(dir)
     }
@@ -57,7 +71,7 @@ impl PosixSink {
     /// Directory `rel` opened through no symlink at all. A link on the way is `Refused` (the
     /// kernel says ENOTDIR for a final one: looked at again to tell it from a file).
     fn dir_no_links(&self, rel: &[u8]) -> Result<std::os::fd::OwnedFd> {
-        match self.root.dir_no_links(rel) {
+        match self.root().dir_no_links(rel) {
             Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) && self.link_on_the_way(rel) => {
                 Err(StoreError { kind: Kind::Refused, errno: Some(libc::ELOOP), message: "a symlink stands on the way; refused (never followed here)".into() })
             }
@@ -69,7 +83,7 @@ impl PosixSink {
         let mut prefix = Vec::new();
         for c in rel.split(|&b| b == b'/') {
             prefix = join(&prefix, c);
-            let Ok(dir) = self.root.dir_no_links(parent(&prefix)) else { return false };
+            let Ok(dir) = self.root().dir_no_links(parent(&prefix)) else { return false };
             match fsops::stat_at(&dir, c) {
                 Ok(Some(st)) if st.st_mode & libc::S_IFMT == libc::S_IFLNK => return true,
                 Ok(Some(_)) => {}
@@ -127,6 +141,45 @@ impl PosixSink {
     }
 }
 
+fn reserved(rel: &[u8]) -> StoreError {
+    StoreError::refused(format!("'{}' is in the name space tern keeps for its own files in that directory; refused", String::from_utf8_lossy(rel)))
+}
+
+/// Directory descriptors, opened beneath the root when first needed and kept up to `cap` (one is
+/// evicted to make room), so how many directories the files in flight span never decides how
+/// many descriptors are open. A user holds a directory's descriptor only while it uses it.
+pub(crate) struct DirCache {
+    root: DestRoot,
+    cap: usize,
+    map: Mutex<HashMap<Vec<u8>, Arc<Dir>>>,
+}
+
+impl DirCache {
+    /// The cap of a store that makes its own (requests, tests): it opens few parts.
+    const SMALL: usize = 16;
+
+    pub(crate) fn new(root: DestRoot, cap: usize) -> Self {
+        Self { root, cap, map: Mutex::new(HashMap::new()) }
+    }
+
+    /// Directory `rel` beneath the root (empty: the root).
+    pub(crate) fn get(&self, rel: &[u8]) -> io::Result<Arc<Dir>> {
+        if let Some(d) = self.map.lock().unwrap().get(rel) {
+            return Ok(d.clone());
+        }
+        let dir = Arc::new(Dir::new(self.root.dir(rel)?)?);
+        let mut map = self.map.lock().unwrap();
+        if map.len() >= self.cap
+            && !map.contains_key(rel)
+            && let Some(evict) = map.keys().next().cloned()
+        {
+            map.remove(&evict);
+        }
+        map.insert(rel.to_vec(), dir.clone());
+        Ok(dir)
+    }
+}
+
 pub(crate) fn stat_of(st: &rustix::fs::Stat) -> Stat {
     let kind = match st.st_mode & libc::S_IFMT {
         libc::S_IFREG => EntryType::File,
@@ -147,20 +200,23 @@ impl Sink for PosixSink {
     fn stat(&self, rel: &[u8]) -> Result<Option<Stat>> {
         check(rel)?;
         if rel.is_empty() {
-            return Ok(Some(stat_of(&rustix::fs::fstat(self.root.dir(b"")?)?)));
+            return Ok(Some(stat_of(&rustix::fs::fstat(self.root().dir(b"")?)?)));
         }
-        let dir = self.root.dir(parent(rel))?;
+        let dir = self.root().dir(parent(rel))?;
         Ok(fsops::stat_at(&dir, file_name(rel))?.as_ref().map(stat_of))
     }
 
     fn mkdir_all(&self, rel: &[u8]) -> Result<bool> {
         check(rel)?;
-        Ok(self.root.mkdir_all(rel)?)
+        Ok(self.root().mkdir_all(rel)?)
     }
 
     fn open_part(&self, rel: &[u8], spec: &PartSpec) -> Result<(PosixPart, Resume)> {
         check_entry(rel)?;
-        let dir = self.parent_of(rel)?;
+        let dir = fsops::waiting_for_descriptors(|| self.dirs.get(parent(rel)))?;
+        if dir.tag.reserves(file_name(rel)) {
+            return Err(reserved(rel));
+        }
         let (tmp, journal_name) = dir.tag.temp_names(file_name(rel));
         let header = JournalHeader { size: spec.size, mtime_s: spec.mtime.0, mtime_ns: spec.mtime.1, chunk_size: spec.chunk_size };
         // Single-chunk files keep no journal: resending one chunk costs what re-hashing it would.
@@ -199,7 +255,9 @@ impl Sink for PosixSink {
         }
         resume.chunks.sort_unstable_by_key(|&(index, _)| index);
         let part = PosixPart {
-            dir,
+            dirs: self.dirs.clone(),
+            parent: parent(rel).to_vec(),
+            tag: dir.tag,
             tmp,
             name: file_name(rel).to_vec(),
             journal_name,
@@ -216,7 +274,7 @@ impl Sink for PosixSink {
     }
 
     fn barrier(&self) -> Result<()> {
-        Ok(self.root.syncfs()?)
+        Ok(self.root().syncfs()?)
     }
 
     fn symlink(&self, rel: &[u8], target: &[u8], mtime: Option<(i64, u32)>) -> Result<()> {
@@ -253,7 +311,7 @@ impl Sink for PosixSink {
 
     fn set_dir_meta(&self, rel: &[u8], meta: &Meta) -> Result<()> {
         check(rel)?;
-        let (dir, name): (_, &[u8]) = if rel.is_empty() { (self.root.dir(b"")?, b".") } else { (self.root.dir(parent(rel))?, file_name(rel)) };
+        let (dir, name): (_, &[u8]) = if rel.is_empty() { (self.root().dir(b"")?, b".") } else { (self.root().dir(parent(rel))?, file_name(rel)) };
         match fsops::stat_at(&dir, name)? {
             Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {}
             Some(_) => return Err(StoreError::errno(libc::ENOTDIR)),
@@ -274,14 +332,18 @@ impl Sink for PosixSink {
     }
 
     fn display(&self, rel: &[u8]) -> String {
-        self.root.display(rel)
+        self.root().display(rel)
     }
 }
 
 /// A partial file: the temporary and (multi-chunk files) its journal, in the directory of the
 /// final name, opened at `open_part`.
 pub(crate) struct PosixPart {
-    dir: Dir,
+    /// It holds no directory descriptor: it names its directory (`parent`, with the tag its
+    /// temporary names came from) and takes the descriptor from the cache while it uses it.
+    dirs: Arc<DirCache>,
+    parent: Vec<u8>,
+    tag: Tag,
     tmp: Vec<u8>,
     name: Vec<u8>,
     journal_name: Vec<u8>,
@@ -302,10 +364,19 @@ pub(crate) struct PosixPart {
 }
 
 impl PosixPart {
+    /// The part's directory, the very one its temporary names were made for.
+    fn dir(&self) -> Result<Arc<Dir>> {
+        let dir = fsops::waiting_for_descriptors(|| self.dirs.get(&self.parent))?;
+        if dir.tag != self.tag {
+            return Err(StoreError::new(Kind::Other, "its directory was replaced while the file was in flight"));
+        }
+        Ok(dir)
+    }
+
     /// The temporary, opened on first use; out of descriptors, it waits for files in flight to
     /// land and give theirs back.
     fn file(&self) -> Result<&File> {
-        match self.file.get_or_init(|| Ok(fsops::waiting_for_descriptors(|| fsops::open_temp(&self.dir, &self.tmp))?)) {
+        match self.file.get_or_init(|| Ok(fsops::waiting_for_descriptors(|| fsops::open_temp(&*self.dir()?, &self.tmp))?)) {
             Ok(f) => Ok(f),
             Err(e) => Err(StoreError { kind: e.kind, errno: e.errno, message: e.message.clone() }),
         }
@@ -372,7 +443,7 @@ impl Part for PosixPart {
         // What publish will move must be the file that was written: if anything else took the
         // temporary's name meanwhile, land nothing.
         let written = rustix::fs::fstat(self.file()?)?;
-        match fsops::stat_at(&self.dir, &self.tmp)? {
+        match fsops::stat_at(&*self.dir()?, &self.tmp)? {
             Some(st) if (st.st_dev, st.st_ino) == (written.st_dev, written.st_ino) => {}
             _ => {
                 return Err(StoreError::new(Kind::Other, "the temporary file was replaced or removed while it was written (another process in this directory?); nothing was renamed into place"));
@@ -389,13 +460,14 @@ impl Part for PosixPart {
         }
         // No look first (a metadata round trip on a parallel file system): a directory under
         // the final name makes the rename itself fail (EISDIR), and nothing changes.
-        fsops::rename_at(&self.dir, &self.tmp, &self.name).map_err(|e| match e.raw_os_error() {
+        let dir = self.dir()?;
+        fsops::rename_at(&*dir, &self.tmp, &self.name).map_err(|e| match e.raw_os_error() {
             Some(libc::EISDIR) => StoreError { kind: Kind::Conflict, errno: Some(libc::EISDIR), message: "a directory stands under the final name; nothing was renamed into place".into() },
             _ => StoreError::from(e),
         })?;
         self.gone.store(true, Relaxed);
         if self.journal.is_some() {
-            let _ = fsops::unlink_at(&self.dir, &self.journal_name);
+            let _ = fsops::unlink_at(&*dir, &self.journal_name);
         }
         Ok(())
     }
@@ -403,8 +475,9 @@ impl Part for PosixPart {
     fn abandon(&self) -> Result<()> {
         self.live()?;
         self.gone.store(true, Relaxed);
-        fsops::unlink_at(&self.dir, &self.tmp)?;
-        Ok(fsops::unlink_at(&self.dir, &self.journal_name)?)
+        let dir = self.dir()?;
+        fsops::unlink_at(&*dir, &self.tmp)?;
+        Ok(fsops::unlink_at(&*dir, &self.journal_name)?)
     }
 }
 
@@ -560,8 +633,6 @@ pub(crate) mod tests {
             names == ["outside", "root"] && std::fs::read(self.top.join("outside/keep")).ok().as_deref() == Some(&b"precious"[..])
         }
     }
-
-    use crate::store::fsops::Tag;
 
     #[test]
     fn beneath_a_daemon_root_links_that_could_leave_it_are_refused() {
