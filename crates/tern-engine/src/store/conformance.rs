@@ -22,7 +22,7 @@ pub(crate) trait Harness {
 }
 
 pub(crate) fn spec(size: u64, chunk_size: u32) -> PartSpec {
-    PartSpec { size, mtime: (1_700_000_000, 5), chunk_size, resume: true, stripe: None }
+    PartSpec { size, mtime: (1_700_000_000, 5), chunk_size, resume: true, stripe: None, fresh_dir: false }
 }
 
 /// A named test of the suite.
@@ -47,6 +47,7 @@ pub(crate) fn run<S: Sink, H: Harness>(make: impl Fn() -> (S, H)) {
         ("stripes_share_one_part_and_write_disjoint_chunks", stripes_share_one_part_and_write_disjoint_chunks),
         ("seals_survive_a_reopen_and_are_reported", seals_survive_a_reopen_and_are_reported),
         ("a_seal_that_does_not_add_up_or_is_rewritten_seals_nothing", a_seal_that_does_not_add_up_or_is_rewritten_seals_nothing),
+        ("a_part_in_a_fresh_directory_is_fresh_and_resumable", a_part_in_a_fresh_directory_is_fresh_and_resumable),
     ];
     for (name, test) in tests {
         let (sink, harness) = make();
@@ -463,4 +464,25 @@ fn a_seal_that_does_not_add_up_or_is_rewritten_seals_nothing<S: Sink, H: Harness
     assert!(!resume.sealed);
     assert_eq!(resume.chunks.iter().map(|c| c.0).collect::<Vec<_>>(), [0, 1], "chunk 2 recorded after the seal is re-hashed");
     p.abandon().unwrap();
+}
+
+/// A part opened in a directory the caller just created (`fresh_dir`) is fresh, is written and
+/// published as any, and what it recorded is resumed by a later ordinary open.
+fn a_part_in_a_fresh_directory_is_fresh_and_resumable<S: Sink, H: Harness>(s: &S, h: &H) {
+    assert!(s.mkdir_all(b"new").unwrap());
+    let sp = PartSpec { fresh_dir: true, ..spec(3 * 64, 64) };
+    let (p, resume) = s.open_part(b"new/f", &sp).unwrap();
+    assert!(resume.fresh && resume.chunks.is_empty() && !resume.sealed);
+    write_chunks(&p, &sp, [0, 2]);
+    drop(p);
+    let again = PartSpec { fresh_dir: false, ..sp };
+    let (p, resume) = s.open_part(b"new/f", &again).unwrap();
+    if s.features().resumable {
+        assert_eq!(resume.chunks.iter().map(|c| c.0).collect::<Vec<_>>(), [0, 2]);
+    }
+    write_chunks(&p, &sp, (0..3).filter(|i| !resume.chunks.iter().any(|c| c.0 == *i)));
+    p.finish(&Meta::default()).unwrap();
+    s.barrier().unwrap();
+    p.publish().unwrap();
+    assert_eq!(h.read_file(b"new/f").unwrap(), content(&sp));
 }

@@ -237,6 +237,11 @@ pub(crate) struct PartSpec {
     /// `resume` it claims nothing but still keeps the part. `None`: the whole file, this
     /// writer's alone.
     pub(crate) stripe: Option<(u64, u64)>,
+    /// The caller created the part's directory in this session (`mkdir_all` said so), so no
+    /// earlier attempt can be there: a store may skip looking for one (a journal read and a
+    /// stale temporary's removal: metadata round trips on a parallel file system). A hint; a
+    /// store may ignore it. Not for a stripe (other writers share the directory).
+    pub(crate) fresh_dir: bool,
 }
 
 /// What `open_part` found of an earlier attempt.

@@ -237,6 +237,7 @@ impl Sink for PosixSink {
             }
         } else if journaled
             && spec.resume
+            && !spec.fresh_dir
             && let Some((h, records)) = Journal::read_sealed(&dir, &journal_name)?
             && h == header
             && let Ok(part) = fsops::open_read(&dir, &tmp)
@@ -247,8 +248,11 @@ impl Sink for PosixSink {
             journal = Some(Journal::reopen(&dir, &journal_name)?);
         }
         if resume.fresh {
-            fsops::unlink_at(&dir, &tmp)?;
-            fsops::unlink_at(&dir, &journal_name)?;
+            // In a directory created this session nothing stood: nothing to remove.
+            if !spec.fresh_dir {
+                fsops::unlink_at(&dir, &tmp)?;
+                fsops::unlink_at(&dir, &journal_name)?;
+            }
             if journaled {
                 journal = Some(Journal::create(&dir, &journal_name, &header)?);
             }
