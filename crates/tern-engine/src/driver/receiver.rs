@@ -33,7 +33,7 @@ use crate::store::fsops::{self, Beneath, DestRoot, Dir, Tag};
 use crate::store::hashing::hash_file;
 use crate::store::journal::{Journal, JournalHeader};
 use crate::store::layout::{self, Layout};
-use crate::store::posix::{self, DirCache, PosixSink};
+use crate::store::posix::{self, DirCache, PosixSink, REPLACED};
 use crate::store::{self, Sink as _};
 
 /// Flow-control window of the receiver: wanted-but-unfinished bytes and files.
@@ -564,7 +564,6 @@ fn trouble(kind: ErrorKind) -> Trouble {
 }
 
 const MISMATCH: &str = "whole-file hash";
-const REPLACED: &str = "the temporary file was replaced or removed while it was written (another process in this directory?); nothing was renamed into place";
 
 /// Frame `seq` of stream `index` failed authentication (`Event::StreamCorrupt`). `skipped`: the
 /// worker skipped it and reads on; the sender sends that chunk again. Otherwise the stream lost
@@ -1447,8 +1446,8 @@ fn prepare_final(sink: &Sink, verify_full: bool, chunk_size: u32, expected: &[u8
 /// took the temporary's name meanwhile, land nothing.
 fn still_the_one_written(sink: &Sink, written: (u64, u64)) -> Result<(), (ErrorKind, String)> {
     let dir = sink.dir().map_err(|e| (ErrorKind::of_io(&e), format!("cannot open the directory: {}", err_text(&e))))?;
-    match fsops::stat_at(&*dir, &sink.tmp) {
-        Ok(Some(st)) if (st.st_dev, st.st_ino) == written => Ok(()),
+    match posix::still_holds(&*dir, &sink.tmp, written) {
+        Ok(true) => Ok(()),
         _ => Err((ErrorKind::Other, REPLACED.into())),
     }
 }
@@ -1456,13 +1455,7 @@ fn still_the_one_written(sink: &Sink, written: (u64, u64)) -> Result<(), (ErrorK
 /// `--verify full`: flushes the file, drops its cached pages so the read comes from storage,
 /// not memory, and checks that what storage returns adds up to the verified whole-file hash.
 fn reread_matches(file: &File, size: u64, chunk_size: u32, expected: &[u8; 32]) -> Result<(), (ErrorKind, String)> {
-    let io = |what: &str, e: std::io::Error| (ErrorKind::of_io(&e), format!("{what}: {}", err_text(&e)));
-    file.sync_data().map_err(|e| io("cannot flush", e))?;
-    // Advice only: a file system that ignores it leaves a re-read from memory, never a wrong one.
-    unsafe {
-        libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(file), 0, 0, libc::POSIX_FADV_DONTNEED);
-    }
-    let have = hash_file(file, size, chunk_size).map_err(|e| io("cannot re-read for verification", e))?;
+    let have = posix::reread_hash(file, size, chunk_size).map_err(|(what, e)| (ErrorKind::of_io(&e), format!("{what}: {}", err_text(&e))))?;
     if &have != expected {
         return Err((ErrorKind::WholeFileMismatch, format!("{MISMATCH} of the written data does not match on re-read (--verify full); storage corrupted it")));
     }

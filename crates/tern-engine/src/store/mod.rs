@@ -18,7 +18,7 @@
 //! `Part`) are still written by the receiver with its own descriptors (lazily opened
 //! temporaries, its directory cache), through the pieces `PosixPart` is made of too
 //! (`rehash_claimed` here; `posix::{write_chunk, start_writeback, seal_durable,
-//! join_shared_part}`); until it moves onto `Part`, only the tests call `open_part` and `Part`.
+//! join_shared_part, reread_hash, still_holds}`); until it moves onto `Part`, only the tests call `open_part` and `Part`.
 #![cfg_attr(not(test), allow(dead_code, reason = "the receiver's part writing moves onto `Part` next (issue 13); the conformance tests use all of it"))]
 
 use std::collections::HashSet;

@@ -447,11 +447,8 @@ impl Part for PosixPart {
         // What publish will move must be the file that was written: if anything else took the
         // temporary's name meanwhile, land nothing.
         let written = rustix::fs::fstat(self.file()?)?;
-        match fsops::stat_at(&*self.dir()?, &self.tmp)? {
-            Some(st) if (st.st_dev, st.st_ino) == (written.st_dev, written.st_ino) => {}
-            _ => {
-                return Err(StoreError::new(Kind::Other, "the temporary file was replaced or removed while it was written (another process in this directory?); nothing was renamed into place"));
-            }
+        if !still_holds(&*self.dir()?, &self.tmp, (written.st_dev, written.st_ino))? {
+            return Err(StoreError::new(Kind::Other, REPLACED));
         }
         self.finished.store(true, Relaxed);
         Ok(())
@@ -483,6 +480,27 @@ impl Part for PosixPart {
         fsops::unlink_at(&*dir, &self.tmp)?;
         Ok(fsops::unlink_at(&*dir, &self.journal_name)?)
     }
+}
+
+/// Why a part is not published when its temporary's name no longer holds the file written.
+pub(crate) const REPLACED: &str = "the temporary file was replaced or removed while it was written (another process in this directory?); nothing was renamed into place";
+
+/// Whether `tmp` in `dir` is still the file written (`written`: its device and inode): what a
+/// publish moves must be the file that was written and verified.
+pub(crate) fn still_holds(dir: &impl std::os::fd::AsFd, tmp: &[u8], written: (u64, u64)) -> io::Result<bool> {
+    Ok(fsops::stat_at(dir, tmp)?.is_some_and(|st| (st.st_dev, st.st_ino) == written))
+}
+
+/// `--verify full`'s read from storage: flushes `file`, drops its cached pages so the read comes
+/// from storage, not memory, and hashes it whole as the source side does (`hashing::hash_file`).
+/// Err: what failed and the error.
+pub(crate) fn reread_hash(file: &File, size: u64, chunk_size: u32) -> std::result::Result<[u8; 32], (&'static str, io::Error)> {
+    file.sync_data().map_err(|e| ("cannot flush", e))?;
+    // Advice only: a file system that ignores it leaves a re-read from memory, never a wrong one.
+    unsafe {
+        libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(file), 0, 0, libc::POSIX_FADV_DONTNEED);
+    }
+    crate::store::hashing::hash_file(file, size, chunk_size).map_err(|e| ("cannot re-read for verification", e))
 }
 
 /// Writes one chunk's `data` at `off` of a part's temporary, in one `pwrite` (all-zero 64 KiB
