@@ -8,7 +8,7 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -31,9 +31,9 @@ use crate::net::seal::TAG_LEN;
 use crate::progress::Progress;
 use crate::store::fsops::{self, Beneath, DestRoot, Dir, Tag};
 use crate::store::hashing::hash_file;
-use crate::store::journal::{Claim, Journal, JournalHeader};
+use crate::store::journal::{Journal, JournalHeader};
 use crate::store::layout::{self, Layout};
-use crate::store::posix::PosixSink;
+use crate::store::posix::{self, DirCache, PosixSink, REPLACED};
 use crate::store::{self, Sink as _};
 
 /// Flow-control window of the receiver: wanted-but-unfinished bytes and files.
@@ -102,39 +102,6 @@ pub struct ReceiverParams {
     /// Daemon mode: `tern serve --allow-links-out` (links whose targets may resolve outside the
     /// root are created as they are instead of refused).
     pub allow_links_out: bool,
-}
-
-/// The receiver's directory descriptors, shared by the main loop, the stream workers and the
-/// finalizer: opened beneath the root when first needed and kept up to `cap` (one is evicted to
-/// make room), so how many directories the files in flight span never decides how many
-/// descriptors are open. A thread holds a directory's descriptor only while it uses it.
-struct DirCache {
-    root: DestRoot,
-    cap: usize,
-    map: Mutex<HashMap<Vec<u8>, Arc<Dir>>>,
-}
-
-impl DirCache {
-    fn new(root: DestRoot) -> Self {
-        Self { root, cap: dir_cache_size(), map: Mutex::new(HashMap::new()) }
-    }
-
-    /// Directory `rel` beneath the root (empty: the root).
-    fn get(&self, rel: &[u8]) -> std::io::Result<Arc<Dir>> {
-        if let Some(d) = self.map.lock().unwrap().get(rel) {
-            return Ok(d.clone());
-        }
-        let dir = Arc::new(Dir::new(self.root.dir(rel)?)?);
-        let mut map = self.map.lock().unwrap();
-        if map.len() >= self.cap
-            && !map.contains_key(rel)
-            && let Some(evict) = map.keys().next().cloned()
-        {
-            map.remove(&evict);
-        }
-        map.insert(rel.to_vec(), dir.clone());
-        Ok(dir)
-    }
 }
 
 /// A file being written, shared with the stream workers. It holds no directory descriptor: it
@@ -208,8 +175,8 @@ impl Sink {
         let dir = self.dir().map_err(|e| ("cannot open the directory", e))?;
         // Out of descriptors, the stream waits for files in flight to land and give theirs back.
         let file = fsops::waiting_for_descriptors(|| fsops::open_temp(&*dir, &self.tmp)).map_err(|e| ("cannot create temporary file", e))?;
-        let end = if self.fresh { crate::store::posix::write_sparse(&file, data, off) } else { file.write_all_at(data, off).map(|_| off + data.len() as u64) };
-        let end = end.map_err(|e| ("write failed", e))?;
+        // Its writeback is started below, once length and metadata are set too.
+        let end = posix::write_chunk(&file, data, off, self.fresh, false).map_err(|e| ("write failed", e))?;
         // A trailing hole, or a longer stale temporary.
         if end != self.size || !self.fresh {
             file.set_len(self.size).map_err(|e| ("cannot set length", e))?;
@@ -219,9 +186,7 @@ impl Sink {
         }
         if write_behind {
             // Asynchronous: queues the file for writeback and returns (no wait).
-            unsafe {
-                libc::sync_file_range(std::os::fd::AsRawFd::as_raw_fd(&file), 0, 0, libc::SYNC_FILE_RANGE_WRITE);
-            }
+            posix::start_writeback(&file, 0, 0);
         }
         let st = rustix::fs::fstat(&file).map_err(|e| ("cannot stat", e.into()))?;
         let _ = self.written.set((st.st_dev, st.st_ino));
@@ -599,7 +564,6 @@ fn trouble(kind: ErrorKind) -> Trouble {
 }
 
 const MISMATCH: &str = "whole-file hash";
-const REPLACED: &str = "the temporary file was replaced or removed while it was written (another process in this directory?); nothing was renamed into place";
 
 /// Frame `seq` of stream `index` failed authentication (`Event::StreamCorrupt`). `skipped`: the
 /// worker skipped it and reads on; the sender sends that chunk again. Otherwise the stream lost
@@ -796,7 +760,9 @@ fn init_layout(ctx: &mut Ctx, first: &Entry) -> Result<(), TransferError> {
     match DestRoot::open(beneath, &l.root).and_then(|r| Ok((r.try_clone()?, r))) {
         Ok((for_dirs, r)) => {
             ctx.root = Some(r);
-            ctx.dirs = Some(Arc::new(DirCache::new(for_dirs)));
+            // The receiver's directory descriptors, shared by the main loop, the stream workers,
+            // the finalizer and the store (`posix_sink`).
+            ctx.dirs = Some(Arc::new(DirCache::new(for_dirs, dir_cache_size())));
         }
         // A dry run to a destination that does not exist yet: nothing there to compare.
         Err(err) if p.options.dry_run() && err.raw_os_error() == Some(libc::ENOENT) => {}
@@ -1001,11 +967,8 @@ fn seal_stripe(sink: &Sink, first: u64, end: u64, stripe_hash: &[u8; 32], durabl
             Err(e) => return tracing::debug!("stripe {first}..{end} not sealed: {}", err_text(&e)),
         },
     };
-    if let Err(e) = rustix::fs::fdatasync(file) {
-        return tracing::debug!("stripe {first}..{end} not sealed: {e}");
-    }
-    if let Err(e) = journal.seal(first, end, stripe_hash) {
-        tracing::debug!("stripe {first}..{end} not sealed: {}", err_text(&e));
+    if let Err(e) = posix::seal_durable(file, journal, first, end, stripe_hash) {
+        tracing::debug!("stripe {first}..{end} not sealed: {e}");
     }
 }
 
@@ -1040,11 +1003,11 @@ fn prepare(ctx: &mut Ctx, id: u64, start_over: bool) -> Result<Prepared, Transfe
         let (first, last) = tern_proto::chunk::stripe_chunks(start, end, e.size, chunk_size).ok().flatten().expect("entry() admits only stripes");
         let range = first..last;
         stripe_chunks = range.clone();
-        let (j, records) = join_shared_part(&*dir, &tmp, &jname, &header).map_err(|err| io("cannot set up the shared partial", &err))?;
+        let (j, records) = posix::join_shared_part(&*dir, &tmp, &jname, &header).map_err(|err| io("cannot set up the shared partial", &err))?;
         journal = Some(j);
         fresh = false;
         if !retry && let Ok(part) = fsops::open_read(&*dir, &tmp) {
-            let (reused, _) = rehash_claimed(&part, e.size, chunk_size, records.into_iter().filter(|(i, _, _)| range.contains(i)), &mut resumed);
+            let (reused, _) = store::rehash_claimed(&|buf, off| part.read_exact_at(buf, off).is_ok(), e.size, chunk_size, records.into_iter().filter(|(i, _, _)| range.contains(i)), &mut resumed);
             Progress::add(&ctx.p.progress.bytes_skipped, reused);
         }
     } else if chunks > 1 && !retry {
@@ -1054,7 +1017,7 @@ fn prepare(ctx: &mut Ctx, id: u64, start_over: bool) -> Result<Prepared, Transfe
             && h == header
             && let Ok(part) = fsops::open_read(&*dir, &tmp)
         {
-            let (reused, all_sealed) = rehash_claimed(&part, e.size, chunk_size, records, &mut resumed);
+            let (reused, all_sealed) = store::rehash_claimed(&|buf, off| part.read_exact_at(buf, off).is_ok(), e.size, chunk_size, records, &mut resumed);
             sealed = all_sealed;
             Progress::add(&ctx.p.progress.bytes_skipped, reused);
             fresh = false;
@@ -1097,87 +1060,6 @@ fn prepare(ctx: &mut Ctx, id: u64, start_over: bool) -> Result<Prepared, Transfe
     });
     ctx.sinks.write().unwrap().insert(id, sink);
     Ok(Prepared { resumed, sealed })
-}
-
-/// Re-hashes what a journal claims, keeping the chunks whose data still matches (after a power
-/// loss it may claim more than reached the disk: docs/journal.md); sealed chunks (verified
-/// against the source and made durable before their seal) are kept unread. Returns the bytes
-/// kept, and whether every chunk of the file was sealed. A large claim is hashed on several
-/// threads.
-fn rehash_claimed(part: &File, size: u64, chunk_size: u32, records: impl IntoIterator<Item = Claim>, resumed: &mut Vec<(u64, [u8; 32])>) -> (u64, bool) {
-    /// Claims of fewer chunks than this are hashed here: a thread costs more than they do.
-    const PER_THREAD: usize = 8;
-    const MAX_THREADS: usize = 8;
-    let chunks = chunk_count(size, chunk_size);
-    let mut seen = tern_proto::chunk::ChunkSet::new(chunks);
-    let (mut sealed, mut trusted) = (0u64, 0u64);
-    let mut claims: Vec<(u64, [u8; 32])> = Vec::new();
-    for (index, hash, is_sealed) in records {
-        if index >= chunks || !seen.insert(index) {
-            continue;
-        }
-        if is_sealed {
-            sealed += 1;
-            trusted += u64::from(chunk_range(size, chunk_size, index).1);
-            resumed.push((index, hash));
-        } else {
-            claims.push((index, hash));
-        }
-    }
-    let check = |share: &[(u64, [u8; 32])]| -> Vec<(u64, [u8; 32], u64)> {
-        let mut buf = vec![0u8; chunk_size as usize];
-        share
-            .iter()
-            .filter_map(|&(index, hash)| {
-                let (off, len) = chunk_range(size, chunk_size, index);
-                let data = &mut buf[..len as usize];
-                (part.read_exact_at(data, off).is_ok() && chunk_hash(data) == hash).then_some((index, hash, u64::from(len)))
-            })
-            .collect()
-    };
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_THREADS).min(claims.len() / PER_THREAD).max(1);
-    let kept: Vec<(u64, [u8; 32], u64)> = if threads == 1 {
-        check(&claims)
-    } else {
-        // Threads that cannot start leave their share to this one: hashing never fails for it.
-        let per = claims.len().div_ceil(threads);
-        thread::scope(|s| {
-            let handles: Vec<_> = claims.chunks(per).map(|c| (c, thread::Builder::new().name("tern-rehash".into()).spawn_scoped(s, || check(c)))).collect();
-            handles.into_iter().flat_map(|(c, h)| h.ok().and_then(|h| h.join().ok()).unwrap_or_else(|| check(c))).collect()
-        })
-    };
-    let mut reused = trusted;
-    for (index, hash, len) in kept {
-        resumed.push((index, hash));
-        reused += len;
-    }
-    (reused, sealed == chunks)
-}
-
-/// Joins the partial file and journal that a file's stripes share, starting them if this is the
-/// first stripe here. A journal of another version of the file (a leftover) is started over:
-/// its temporary removed before the new header is written, so no stripe joins a stale part.
-/// A journal whose header is still being written (another stripe just made it) is waited for;
-/// one whose header stays unreadable (torn by a crash) is a leftover too.
-fn join_shared_part(dir: &impl std::os::fd::AsFd, tmp: &[u8], jname: &[u8], header: &JournalHeader) -> std::io::Result<(Journal, Vec<Claim>)> {
-    const WAIT: Duration = Duration::from_millis(5);
-    const TRIES: u32 = 400; // 2 s: a header is one write after the create
-    for _ in 0..TRIES {
-        match Journal::read_sealed(dir, jname)? {
-            Some((h, records)) if &h == header => return Ok((Journal::reopen(dir, jname)?, records)),
-            Some(_) => break,
-            None => {
-                if let Some(j) = Journal::create_shared(dir, jname, header, || fsops::unlink_at(dir, tmp))? {
-                    return Ok((j, Vec::new()));
-                }
-                thread::sleep(WAIT);
-            }
-        }
-    }
-    // A leftover: its temporary goes, then the journal restarts. A stripe of this version
-    // racing here writes the same header, and what either wrote is re-hashed before it counts.
-    fsops::unlink_at(dir, tmp)?;
-    Ok((Journal::create(dir, jname, header)?, Vec::new()))
 }
 
 /// `link.path` becomes another name of `link.target` (a regular file beneath the root), through a
@@ -1228,9 +1110,9 @@ fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
         if ctx.p.options.delete()
             && let Some(l) = &ctx.layout
             && l.mirror
-            && let Some(root) = &ctx.root
+            && ctx.root.is_some()
         {
-            let sink = posix_sink(ctx, root)?;
+            let sink = posix_sink(ctx);
             for rel in store::extras(&sink, &ctx.keep, &ctx.p.filter) {
                 plan(ctx, PlanAction::Delete, rel)?;
             }
@@ -1250,7 +1132,7 @@ fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
             ctx.p.progress.error(err);
         }
     }
-    let sink = posix_sink(ctx, root)?;
+    let sink = posix_sink(ctx);
     for link in std::mem::take(&mut ctx.symlinks) {
         let mtime = ctx.p.options.preserve().then_some((link.mtime_s, link.mtime_ns));
         if let Err(e) = sink.symlink(&link.path, &link.target, mtime) {
@@ -1298,11 +1180,13 @@ fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
     Ok(())
 }
 
-/// The destination as a store (`store::PosixSink`), on another handle of the same root; links
-/// a daemon's client makes are held beneath its root unless `serve --allow-links-out`.
-fn posix_sink(ctx: &Ctx, root: &DestRoot) -> Result<PosixSink, TransferError> {
-    let root = fsops::waiting_for_descriptors(|| root.try_clone()).map_err(|e| TransferError::io(Side::Destination, root.path().display().to_string(), "cannot open", &e).into_fatal())?;
-    Ok(PosixSink::new(root, ctx.p.beneath.clone().filter(|_| !ctx.p.allow_links_out)))
+/// The destination as a store (`store::PosixSink`), over the directory cache's handle of the
+/// root and sharing the cache; links a daemon's client makes are held beneath its root unless
+/// `serve --allow-links-out`.
+fn posix_sink(ctx: &Ctx) -> PosixSink {
+    let dirs = ctx.dirs.clone().expect("the destination root is open");
+    let write_behind = !ctx.p.options.fsync_none() && !crate::faults::faults().no_write_behind;
+    PosixSink::sharing(dirs, ctx.p.beneath.clone().filter(|_| !ctx.p.allow_links_out)).with_write_behind(write_behind)
 }
 
 /// One data stream: read chunk frames, verify, write. Exits at end of stream.
@@ -1425,16 +1309,9 @@ fn recv_worker(mut conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_si
             }
         };
         // Zero blocks of a new file stay holes; the finalizer sets the length.
-        let written = if sink.fresh { crate::store::posix::write_sparse(file, data, off) } else { file.write_all_at(data, off).map(|_| off + len as u64) };
-        match written {
+        match posix::write_chunk(file, data, off, sink.fresh, write_behind) {
             Ok(end) => {
                 sink.written_end.fetch_max(end, Relaxed);
-                if write_behind {
-                    // Asynchronous: queues the range for writeback and returns (no wait).
-                    unsafe {
-                        libc::sync_file_range(std::os::fd::AsRawFd::as_raw_fd(file), off as i64, len as i64, libc::SYNC_FILE_RANGE_WRITE);
-                    }
-                }
             }
             Err(e) => {
                 let _ = events.send(Event::WriteFailed { id: h.file_id, error: e, what: "write failed" });
@@ -1569,8 +1446,8 @@ fn prepare_final(sink: &Sink, verify_full: bool, chunk_size: u32, expected: &[u8
 /// took the temporary's name meanwhile, land nothing.
 fn still_the_one_written(sink: &Sink, written: (u64, u64)) -> Result<(), (ErrorKind, String)> {
     let dir = sink.dir().map_err(|e| (ErrorKind::of_io(&e), format!("cannot open the directory: {}", err_text(&e))))?;
-    match fsops::stat_at(&*dir, &sink.tmp) {
-        Ok(Some(st)) if (st.st_dev, st.st_ino) == written => Ok(()),
+    match posix::still_holds(&*dir, &sink.tmp, written) {
+        Ok(true) => Ok(()),
         _ => Err((ErrorKind::Other, REPLACED.into())),
     }
 }
@@ -1578,13 +1455,7 @@ fn still_the_one_written(sink: &Sink, written: (u64, u64)) -> Result<(), (ErrorK
 /// `--verify full`: flushes the file, drops its cached pages so the read comes from storage,
 /// not memory, and checks that what storage returns adds up to the verified whole-file hash.
 fn reread_matches(file: &File, size: u64, chunk_size: u32, expected: &[u8; 32]) -> Result<(), (ErrorKind, String)> {
-    let io = |what: &str, e: std::io::Error| (ErrorKind::of_io(&e), format!("{what}: {}", err_text(&e)));
-    file.sync_data().map_err(|e| io("cannot flush", e))?;
-    // Advice only: a file system that ignores it leaves a re-read from memory, never a wrong one.
-    unsafe {
-        libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(file), 0, 0, libc::POSIX_FADV_DONTNEED);
-    }
-    let have = hash_file(file, size, chunk_size).map_err(|e| io("cannot re-read for verification", e))?;
+    let have = posix::reread_hash(file, size, chunk_size).map_err(|(what, e)| (ErrorKind::of_io(&e), format!("{what}: {}", err_text(&e))))?;
     if &have != expected {
         return Err((ErrorKind::WholeFileMismatch, format!("{MISMATCH} of the written data does not match on re-read (--verify full); storage corrupted it")));
     }

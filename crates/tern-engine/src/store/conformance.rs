@@ -22,7 +22,7 @@ pub(crate) trait Harness {
 }
 
 pub(crate) fn spec(size: u64, chunk_size: u32) -> PartSpec {
-    PartSpec { size, mtime: (1_700_000_000, 5), chunk_size, resume: true }
+    PartSpec { size, mtime: (1_700_000_000, 5), chunk_size, resume: true, stripe: None, fresh_dir: false }
 }
 
 /// A named test of the suite.
@@ -44,6 +44,10 @@ pub(crate) fn run<S: Sink, H: Harness>(make: impl Fn() -> (S, H)) {
         ("holes_read_back_as_zeros", holes_read_back_as_zeros),
         ("two_writers_on_one_part", two_writers_on_one_part),
         ("directories_links_and_metadata", directories_links_and_metadata),
+        ("stripes_share_one_part_and_write_disjoint_chunks", stripes_share_one_part_and_write_disjoint_chunks),
+        ("seals_survive_a_reopen_and_are_reported", seals_survive_a_reopen_and_are_reported),
+        ("a_seal_that_does_not_add_up_or_is_rewritten_seals_nothing", a_seal_that_does_not_add_up_or_is_rewritten_seals_nothing),
+        ("a_part_in_a_fresh_directory_is_fresh_and_resumable", a_part_in_a_fresh_directory_is_fresh_and_resumable),
     ];
     for (name, test) in tests {
         let (sink, harness) = make();
@@ -353,4 +357,132 @@ fn directories_links_and_metadata<S: Sink, H: Harness>(s: &S, h: &H) {
     assert_eq!(kind(s.symlink(b"x/y", b"t", None)), Kind::Conflict, "never over a directory");
     assert_eq!(names(s, b"x"), [("file".to_string(), false), ("l".to_string(), false), ("y".to_string(), true)]);
     assert_eq!(kind(s.open_part(b"nodir/f", &spec(1, 64))), Kind::NotFound, "the parent must exist");
+}
+
+/// The stripe hash of chunks `first..end` of `content(sp)`.
+fn stripe_hash_of(sp: &PartSpec, first: u64, end: u64) -> [u8; 32] {
+    let data = content(sp);
+    let hashes: Vec<[u8; 32]> = (first..end)
+        .map(|i| {
+            let (off, len) = tern_proto::chunk::chunk_range(sp.size, sp.chunk_size, i);
+            chunk_hash(&data[off as usize..(off + len as u64) as usize])
+        })
+        .collect();
+    tern_proto::chunk::stripe_hash(sp.size, first, &hashes)
+}
+
+/// Two stripes of one file (other sessions, other nodes) share its partial file: each joins it,
+/// writes and seals only its own chunks, claims only its own on a reopen, and removes nothing
+/// the other wrote; a later whole-file open finds every chunk sealed and publishes the file.
+fn stripes_share_one_part_and_write_disjoint_chunks<S: Sink, H: Harness>(s: &S, h: &H) {
+    let sp = spec(4 * 64 + 10, 64);
+    let (lo, hi) = (PartSpec { stripe: Some((0, 2)), ..sp }, PartSpec { stripe: Some((2, 5)), ..sp });
+    let (a, ra) = s.open_part(b"f", &lo).unwrap();
+    assert!(ra.chunks.is_empty() && !ra.fresh, "a shared part is never sparse: it is not this writer's alone");
+    write_chunks(&a, &sp, [1, 0]);
+    let (b, rb) = s.open_part(b"f", &hi).unwrap();
+    assert!(rb.chunks.is_empty(), "the other stripe's records are not this one's to claim");
+    write_chunks(&b, &sp, [4, 2, 3]);
+    // A stripe that starts over (no resume) keeps the part the other stripe writes.
+    let (b2, rb2) = s.open_part(b"f", &PartSpec { resume: false, ..hi }).unwrap();
+    assert!(rb2.chunks.is_empty());
+    drop(b2);
+    if s.features().resumable {
+        let (_, again) = s.open_part(b"f", &lo).unwrap();
+        assert_eq!(again.chunks.iter().map(|c| c.0).collect::<Vec<_>>(), [0, 1], "a stripe reopened claims its own chunks, nothing else");
+        assert!(!again.sealed);
+    }
+    a.seal(0, 2, &stripe_hash_of(&sp, 0, 2)).unwrap();
+    b.seal(2, 5, &stripe_hash_of(&sp, 2, 5)).unwrap();
+    drop((a, b));
+    let (p, whole) = s.open_part(b"f", &sp).unwrap();
+    if s.features().resumable {
+        assert_eq!(whole.chunks.iter().map(|c| c.0).collect::<Vec<_>>(), [0, 1, 2, 3, 4]);
+        assert!(whole.sealed, "every chunk under a seal");
+    }
+    write_chunks(&p, &sp, (0..5).filter(|i| !whole.chunks.iter().any(|c| c.0 == *i)));
+    p.finish(&Meta::default()).unwrap();
+    s.barrier().unwrap();
+    p.publish().unwrap();
+    assert_eq!(h.read_file(b"f").unwrap(), content(&sp));
+}
+
+/// A seal survives the handle: a reopen reports the file sealed and claims its chunks without
+/// reading them (data garbled behind the journal's back after the seal is still claimed: the
+/// seal vouches for what was durable when it was written).
+fn seals_survive_a_reopen_and_are_reported<S: Sink, H: Harness>(s: &S, h: &H) {
+    if !s.features().resumable {
+        return;
+    }
+    let sp = spec(3 * 64, 64);
+    {
+        let (p, _) = s.open_part(b"f", &sp).unwrap();
+        write_chunks(&p, &sp, 0..3);
+        p.seal(0, 3, &stripe_hash_of(&sp, 0, 3)).unwrap();
+    }
+    h.corrupt_part(b"f", 70, b"x");
+    let (p, resume) = s.open_part(b"f", &sp).unwrap();
+    assert!(resume.sealed && !resume.fresh);
+    assert_eq!(resume.chunks.iter().map(|c| c.0).collect::<Vec<_>>(), [0, 1, 2], "sealed chunks are trusted, not re-read");
+    // A seal of part of the file: those chunks trusted, the file not sealed throughout.
+    drop(p);
+    let (p, _) = s.open_part(b"g", &sp).unwrap();
+    write_chunks(&p, &sp, 0..3);
+    p.seal(1, 3, &stripe_hash_of(&sp, 1, 3)).unwrap();
+    drop(p);
+    h.corrupt_part(b"g", 0, b"x");
+    let (p, resume) = s.open_part(b"g", &sp).unwrap();
+    assert!(!resume.sealed);
+    assert_eq!(resume.chunks.iter().map(|c| c.0).collect::<Vec<_>>(), [1, 2], "the unsealed chunk is re-hashed");
+    p.abandon().unwrap();
+}
+
+/// A seal whose hash is not what its chunks add up to seals nothing; a chunk recorded again
+/// after its seal is unsealed (written again, not known durable). Both are re-hashed instead.
+fn a_seal_that_does_not_add_up_or_is_rewritten_seals_nothing<S: Sink, H: Harness>(s: &S, h: &H) {
+    if !s.features().resumable {
+        return;
+    }
+    let sp = spec(3 * 64, 64);
+    {
+        let (p, _) = s.open_part(b"f", &sp).unwrap();
+        write_chunks(&p, &sp, 0..3);
+        p.seal(0, 3, &[9; 32]).unwrap();
+    }
+    h.corrupt_part(b"f", 0, b"x");
+    let (p, resume) = s.open_part(b"f", &sp).unwrap();
+    assert!(!resume.sealed);
+    assert_eq!(resume.chunks.iter().map(|c| c.0).collect::<Vec<_>>(), [1, 2]);
+    drop(p);
+    let (p, _) = s.open_part(b"g", &sp).unwrap();
+    write_chunks(&p, &sp, 0..3);
+    p.seal(0, 3, &stripe_hash_of(&sp, 0, 3)).unwrap();
+    write_chunks(&p, &sp, [2]);
+    drop(p);
+    h.corrupt_part(b"g", 2 * 64, b"x");
+    let (p, resume) = s.open_part(b"g", &sp).unwrap();
+    assert!(!resume.sealed);
+    assert_eq!(resume.chunks.iter().map(|c| c.0).collect::<Vec<_>>(), [0, 1], "chunk 2 recorded after the seal is re-hashed");
+    p.abandon().unwrap();
+}
+
+/// A part opened in a directory the caller just created (`fresh_dir`) is fresh, is written and
+/// published as any, and what it recorded is resumed by a later ordinary open.
+fn a_part_in_a_fresh_directory_is_fresh_and_resumable<S: Sink, H: Harness>(s: &S, h: &H) {
+    assert!(s.mkdir_all(b"new").unwrap());
+    let sp = PartSpec { fresh_dir: true, ..spec(3 * 64, 64) };
+    let (p, resume) = s.open_part(b"new/f", &sp).unwrap();
+    assert!(resume.fresh && resume.chunks.is_empty() && !resume.sealed);
+    write_chunks(&p, &sp, [0, 2]);
+    drop(p);
+    let again = PartSpec { fresh_dir: false, ..sp };
+    let (p, resume) = s.open_part(b"new/f", &again).unwrap();
+    if s.features().resumable {
+        assert_eq!(resume.chunks.iter().map(|c| c.0).collect::<Vec<_>>(), [0, 2]);
+    }
+    write_chunks(&p, &sp, (0..3).filter(|i| !resume.chunks.iter().any(|c| c.0 == *i)));
+    p.finish(&Meta::default()).unwrap();
+    s.barrier().unwrap();
+    p.publish().unwrap();
+    assert_eq!(h.read_file(b"new/f").unwrap(), content(&sp));
 }

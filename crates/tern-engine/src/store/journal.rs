@@ -6,7 +6,7 @@ use std::io::{self, BufReader, Read, Write};
 use std::os::fd::AsFd;
 
 use rustix::fs::{self as rfs, Mode, OFlags};
-pub(crate) use tern_proto::journal::{Claim, JournalHeader, Verified};
+pub(crate) use tern_proto::journal::{Claim, JournalHeader};
 use tern_proto::journal::{HEADER_LEN, RECORD_LEN, Replay, encode_record, encode_seal};
 
 /// Reads up to `buf.len()` bytes; fewer only at the end of the file.
@@ -71,7 +71,8 @@ impl Journal {
 
     /// Reads a journal: its header and the records up to the first torn or corrupt one.
     /// `None` if there is no journal or its header is unreadable.
-    pub(crate) fn read(dir: &impl AsFd, name: &[u8]) -> io::Result<Option<(JournalHeader, Vec<Verified>)>> {
+    #[cfg(test)]
+    pub(crate) fn read(dir: &impl AsFd, name: &[u8]) -> io::Result<Option<(JournalHeader, Vec<tern_proto::journal::Verified>)>> {
         Ok(Self::read_sealed(dir, name)?.map(|(h, claims)| (h, claims.into_iter().map(|(i, hash, _)| (i, hash)).collect())))
     }
 

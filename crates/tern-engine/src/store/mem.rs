@@ -11,11 +11,12 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tern_proto::chunk::{chunk_count, chunk_range};
+use tern_proto::chunk::chunk_count;
 use tern_proto::path::{file_name, parent};
 
-use super::{EntryType, Features, Kind, Listed, Meta, Part, PartSpec, Result, Resume, Sink, Stat, StoreError, check, check_entry, join};
-use crate::faults::chunk_hash;
+use super::{EntryType, Features, Kind, Listed, Meta, Part, PartSpec, Result, Resume, Sink, Stat, StoreError, check, check_entry, join, rehash_claimed};
+use crate::store::journal::JournalHeader;
+use tern_proto::journal::{RECORD_LEN, Replay, encode_record, encode_seal};
 
 /// As Linux: at most 40 symlinks followed in one resolution.
 const MAX_HOPS: usize = 40;
@@ -63,8 +64,9 @@ struct PartData {
     id: u64,
     spec: PartSpec,
     data: Data,
-    /// Every record ever made: a crash keeps them all, whatever data it loses.
-    journal: Vec<(u64, [u8; 32])>,
+    /// Every record ever made (chunks and seals, encoded as in a journal file): a crash keeps
+    /// them all, whatever data it loses.
+    journal: Vec<[u8; RECORD_LEN]>,
     meta: Meta,
     finished: bool,
 }
@@ -197,22 +199,22 @@ impl MemSink {
         }
     }
 
-    /// The claims a journal's `records` can prove against `data`.
-    fn proven(data: &[u8], spec: &PartSpec, records: &[(u64, [u8; 32])]) -> Vec<(u64, [u8; 32])> {
-        let chunks = chunk_count(spec.size, spec.chunk_size);
-        let mut proven = BTreeMap::new();
-        for &(index, hash) in records {
-            if index >= chunks || proven.contains_key(&index) {
-                continue;
-            }
-            let (off, len) = chunk_range(spec.size, spec.chunk_size, index);
-            if let Some(bytes) = data.get(off as usize..off as usize + len as usize)
-                && chunk_hash(bytes) == hash
-            {
-                proven.insert(index, hash);
+    /// The claims a journal's `records` can prove against `data` (sealed ones unread), those of
+    /// `stripe` only where given, and whether every chunk is sealed; ascending.
+    fn proven(data: &[u8], spec: &PartSpec, records: &[[u8; RECORD_LEN]], stripe: Option<(u64, u64)>) -> (Vec<(u64, [u8; 32])>, bool) {
+        let header = JournalHeader { size: spec.size, mtime_s: spec.mtime.0, mtime_ns: spec.mtime.1, chunk_size: spec.chunk_size };
+        let mut replay = Replay::new(&header);
+        for rec in records {
+            if !replay.push(rec) {
+                break;
             }
         }
-        proven.into_iter().collect()
+        let claims = replay.finish_sealed().into_iter().filter(|(i, _, _)| stripe.is_none_or(|(first, end)| (first..end).contains(i)));
+        let read = |buf: &mut [u8], off: u64| data.get(off as usize..off as usize + buf.len()).map(|b| buf.copy_from_slice(b)).is_some();
+        let mut chunks = Vec::new();
+        let (_, sealed) = rehash_claimed(&read, spec.size, spec.chunk_size, claims, &mut chunks);
+        chunks.sort_unstable_by_key(|&(index, _)| index);
+        (chunks, sealed && stripe.is_none())
     }
 }
 
@@ -268,19 +270,20 @@ impl Sink for MemSink {
         let mut st = self.lock();
         let key = join(&st.dir(parent(rel), true)?, file_name(rel));
         let epoch = st.epoch;
-        let journaled = chunk_count(spec.size, spec.chunk_size) > 1;
+        let journaled = chunk_count(spec.size, spec.chunk_size) > 1 || spec.stripe.is_some();
         if let Some(p) = st.parts.get(&key)
             && journaled
-            && spec.resume
+            && (spec.resume || spec.stripe.is_some())
             && same_file(&p.spec, spec)
         {
-            let chunks = Self::proven(&p.data.now, spec, &p.journal);
-            return Ok((MemPart { sink: self.clone(), key, id: p.id, epoch }, Resume { chunks, fresh: false }));
+            // A stripe joins the shared part even without `resume`, claiming nothing then.
+            let (chunks, sealed) = if spec.resume { Self::proven(&p.data.now, spec, &p.journal, spec.stripe) } else { (Vec::new(), false) };
+            return Ok((MemPart { sink: self.clone(), key, id: p.id, epoch }, Resume { chunks, fresh: false, sealed }));
         }
         st.next_id += 1;
         let id = st.next_id;
         st.parts.insert(key.clone(), PartData { id, spec: *spec, data: Data::default(), journal: Vec::new(), meta: Meta::default(), finished: false });
-        Ok((MemPart { sink: self.clone(), key, id, epoch }, Resume { chunks: Vec::new(), fresh: true }))
+        Ok((MemPart { sink: self.clone(), key, id, epoch }, Resume { chunks: Vec::new(), fresh: spec.stripe.is_none(), sealed: false }))
     }
 
     fn barrier(&self) -> Result<()> {
@@ -399,7 +402,18 @@ impl Part for MemPart {
 
     fn record_chunk(&self, index: u64, hash: &[u8; 32]) -> Result<()> {
         self.with(|st| {
-            st.parts.get_mut(&self.key).unwrap().journal.push((index, *hash));
+            st.parts.get_mut(&self.key).unwrap().journal.push(encode_record(index, hash));
+            Ok(())
+        })
+    }
+
+    fn seal(&self, first: u64, end: u64, stripe_hash: &[u8; 32]) -> Result<()> {
+        self.with(|st| {
+            let p = st.parts.get_mut(&self.key).unwrap();
+            // Its data durable first (`fdatasync`), then the seal.
+            p.data.durable = p.data.now.clone();
+            p.data.dirty = false;
+            p.journal.push(encode_seal(first, end, stripe_hash));
             Ok(())
         })
     }
@@ -443,6 +457,7 @@ impl Part for MemPart {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::faults::chunk_hash;
     use crate::store::conformance::{Harness, spec};
 
     pub(crate) fn fixture() -> (MemSink, MemSink) {

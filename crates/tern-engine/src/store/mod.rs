@@ -15,8 +15,10 @@
 //!
 //! Used so far: `--delete` and its dry-run plan, symlinks and directory metadata
 //! (`driver/receiver.rs: finish`), `tern rm` (`fs_request.rs`). Partial files (`open_part`,
-//! `Part`) are still written by the receiver through `fsops` directly; until it moves onto
-//! `Part`, only the tests call them.
+//! `Part`) are still written by the receiver with its own descriptors (lazily opened
+//! temporaries, its directory cache), through the pieces `PosixPart` is made of too
+//! (`rehash_claimed` here; `posix::{write_chunk, start_writeback, seal_durable,
+//! join_shared_part, reread_hash, still_holds}`); until it moves onto `Part`, only the tests call `open_part` and `Part`.
 #![cfg_attr(not(test), allow(dead_code, reason = "the receiver's part writing moves onto `Part` next (issue 13); the conformance tests use all of it"))]
 
 use std::collections::HashSet;
@@ -228,6 +230,18 @@ pub(crate) struct PartSpec {
     /// Keep what an earlier attempt left and claim what it proves; `false` starts from nothing
     /// (a retry after the whole file failed to verify).
     pub(crate) resume: bool,
+    /// A stripe of a shared part: this writer's chunks `first..end` of a file whose other stripes
+    /// other writers (other sessions, other nodes) write into the same partial file at once.
+    /// `open_part` joins that part (starting it if it is the first), claims only these chunks of
+    /// what was recorded, and never removes or truncates what the others wrote; without
+    /// `resume` it claims nothing but still keeps the part. `None`: the whole file, this
+    /// writer's alone.
+    pub(crate) stripe: Option<(u64, u64)>,
+    /// The caller created the part's directory in this session (`mkdir_all` said so), so no
+    /// earlier attempt can be there: a store may skip looking for one (a journal read and a
+    /// stale temporary's removal: metadata round trips on a parallel file system). A hint; a
+    /// store may ignore it. Not for a stripe (other writers share the directory).
+    pub(crate) fresh_dir: bool,
 }
 
 /// What `open_part` found of an earlier attempt.
@@ -240,6 +254,9 @@ pub(crate) struct Resume {
     /// Nothing was there before: bytes not written read back as zeros, so all-zero data may be
     /// skipped (left as holes) where the store is `sparse`.
     pub(crate) fresh: bool,
+    /// Every chunk of the file is under a seal ([`Part::seal`]): verified against the source and
+    /// durable, so the file may be published from the recorded hashes without reading it back.
+    pub(crate) sealed: bool,
 }
 
 /// A name in a directory and whether it is a directory.
@@ -315,6 +332,14 @@ pub(crate) trait Part: Send + Sync {
     /// may claim it (after re-hashing). Not durable by itself.
     fn record_chunk(&self, index: u64, hash: &[u8; 32]) -> Result<()>;
 
+    /// Seals chunks `first..end`, all written and recorded, whose hashes add up to `stripe_hash`
+    /// (`tern_proto::chunk::stripe_hash`): makes their data durable first, then records the seal
+    /// (docs/journal.md "Seals"). A later `open_part` claims sealed chunks without re-hashing
+    /// them, and reports a file sealed throughout (`Resume::sealed`). A seal whose chunks do not
+    /// add up, or a chunk recorded again after its seal, seals nothing. Not durable by itself:
+    /// a lost seal costs only the re-read.
+    fn seal(&self, first: u64, end: u64, stripe_hash: &[u8; 32]) -> Result<()>;
+
     /// Every chunk is written: sets the length (the spec's size) and `meta`, and checks that the
     /// partial file is still the one written (nothing replaced it meanwhile).
     fn finish(&self, meta: &Meta) -> Result<()>;
@@ -328,6 +353,69 @@ pub(crate) trait Part: Send + Sync {
     /// Removes the partial file and its bookkeeping: nothing of it stays, nothing is resumed.
     /// The handle is spent.
     fn abandon(&self) -> Result<()>;
+}
+
+/// Of a journal's claims (`records`), what a resume may claim: chunks under a seal (verified
+/// against the source and made durable before their seal) unread, every other one only if
+/// `read(buf, offset)` fills its chunk with data that still hashes to the record (after a power
+/// loss a journal may claim more than reached the disk: docs/journal.md). Pushes what it keeps
+/// onto `resumed` (sealed chunks first, not sorted) and returns the bytes kept, and whether
+/// every chunk of the file was sealed. A large claim is hashed on several threads.
+pub(crate) fn rehash_claimed(
+    read: &(dyn Fn(&mut [u8], u64) -> bool + Sync),
+    size: u64,
+    chunk_size: u32,
+    records: impl IntoIterator<Item = journal::Claim>,
+    resumed: &mut Vec<(u64, [u8; 32])>,
+) -> (u64, bool) {
+    use tern_proto::chunk::{chunk_count, chunk_range};
+    /// Claims of fewer chunks than this are hashed here: a thread costs more than they do.
+    const PER_THREAD: usize = 8;
+    const MAX_THREADS: usize = 8;
+    let chunks = chunk_count(size, chunk_size);
+    let mut seen = tern_proto::chunk::ChunkSet::new(chunks);
+    let (mut sealed, mut trusted) = (0u64, 0u64);
+    let mut claims: Vec<(u64, [u8; 32])> = Vec::new();
+    for (index, hash, is_sealed) in records {
+        if index >= chunks || !seen.insert(index) {
+            continue;
+        }
+        if is_sealed {
+            sealed += 1;
+            trusted += u64::from(chunk_range(size, chunk_size, index).1);
+            resumed.push((index, hash));
+        } else {
+            claims.push((index, hash));
+        }
+    }
+    let check = |share: &[(u64, [u8; 32])]| -> Vec<(u64, [u8; 32], u64)> {
+        let mut buf = vec![0u8; chunk_size as usize];
+        share
+            .iter()
+            .filter_map(|&(index, hash)| {
+                let (off, len) = chunk_range(size, chunk_size, index);
+                let data = &mut buf[..len as usize];
+                (read(data, off) && crate::faults::chunk_hash(data) == hash).then_some((index, hash, u64::from(len)))
+            })
+            .collect()
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(MAX_THREADS).min(claims.len() / PER_THREAD).max(1);
+    let kept: Vec<(u64, [u8; 32], u64)> = if threads == 1 {
+        check(&claims)
+    } else {
+        // Threads that cannot start leave their share to this one: hashing never fails for it.
+        let per = claims.len().div_ceil(threads);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = claims.chunks(per).map(|c| (c, std::thread::Builder::new().name("tern-rehash".into()).spawn_scoped(s, || check(c)))).collect();
+            handles.into_iter().flat_map(|(c, h)| h.ok().and_then(|h| h.join().ok()).unwrap_or_else(|| check(c))).collect()
+        })
+    };
+    let mut reused = trusted;
+    for (index, hash, len) in kept {
+        resumed.push((index, hash));
+        reused += len;
+    }
+    (reused, sealed == chunks)
 }
 
 /// Checks a wire path: `Refused` unless relative with no empty, `.` or `..` component.

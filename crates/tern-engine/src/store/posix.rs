@@ -6,43 +6,64 @@
 //! (`fsops::Tag`, docs/journal.md): tern's reserved namespace in that directory, which `list`
 //! leaves out and a user's entry may not take.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex, OnceLock};
 
-use tern_proto::chunk::{chunk_count, chunk_range};
+use tern_proto::chunk::chunk_count;
 use tern_proto::path::{file_name, parent};
 
-use super::{EntryType, Features, Kind, Listed, Meta, Part, PartSpec, Result, Resume, Sink, Stat, StoreError, check, check_entry, join};
-use crate::faults::chunk_hash;
-use crate::store::fsops::{self, Beneath, DestRoot, Dir};
+use super::{EntryType, Features, Kind, Listed, Meta, Part, PartSpec, Result, Resume, Sink, Stat, StoreError, check, check_entry, join, rehash_claimed};
+use crate::store::fsops::{self, Beneath, DestRoot, Dir, Tag};
 use crate::store::hashing::is_zero;
-use crate::store::journal::{Journal, JournalHeader};
+use crate::store::journal::{Claim, Journal, JournalHeader};
 
 /// A destination directory. `links_beneath`: refuse a symlink whose target could resolve outside
 /// that root (a daemon's, unless `serve --allow-links-out`), judged by where the kernel puts the
 /// link's directory (`fsops::link_stays_beneath`).
 pub(crate) struct PosixSink {
-    root: DestRoot,
+    /// The root, and the directories parts are written in (a part names its directory and takes
+    /// the descriptor from here while it uses it).
+    dirs: Arc<DirCache>,
     links_beneath: Option<Arc<Beneath>>,
+    /// Start each write's writeback at once (`sync_file_range`, no wait), so making a part
+    /// durable (a barrier, a seal) waits only for the tail, not the whole file.
+    write_behind: bool,
 }
 
 impl PosixSink {
     pub(crate) fn new(root: DestRoot, links_beneath: Option<Arc<Beneath>>) -> Self {
-        Self { root, links_beneath }
+        Self::sharing(Arc::new(DirCache::new(root, DirCache::SMALL)), links_beneath)
+    }
+
+    /// A store over `dirs`' root that takes its parts' directories from `dirs`, shared with
+    /// whoever else uses it (the receiver's main loop, streams and finalizer): one bound on the
+    /// directory descriptors open.
+    pub(crate) fn sharing(dirs: Arc<DirCache>, links_beneath: Option<Arc<Beneath>>) -> Self {
+        Self { dirs, links_beneath, write_behind: false }
+    }
+
+    fn root(&self) -> &DestRoot {
+        &self.dirs.root
+    }
+
+    /// Parts opened from now on start each write's writeback as it lands (durable mode).
+    pub(crate) fn with_write_behind(mut self, on: bool) -> Self {
+        self.write_behind = on;
+        self
     }
 
     /// The directory `rel` is in, opened beneath the root, with its tag; `rel`'s own name must
     /// not be in tern's namespace there.
     fn parent_of(&self, rel: &[u8]) -> Result<Dir> {
-        let dir = Dir::new(self.root.dir(parent(rel))?)?;
+        let dir = Dir::new(self.root().dir(parent(rel))?)?;
         if dir.tag.reserves(file_name(rel)) {
-            return Err(StoreError::refused(format!("'{}' is in the name space tern keeps for its own files in that directory; refused", String::from_utf8_lossy(rel))));
+            return Err(reserved(rel));
         }
         Ok(dir)
     }
@@ -50,7 +71,7 @@ impl PosixSink {
     /// Directory `rel` opened through no symlink at all. A link on the way is `Refused` (the
     /// kernel says ENOTDIR for a final one: looked at again to tell it from a file).
     fn dir_no_links(&self, rel: &[u8]) -> Result<std::os::fd::OwnedFd> {
-        match self.root.dir_no_links(rel) {
+        match self.root().dir_no_links(rel) {
             Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) && self.link_on_the_way(rel) => {
                 Err(StoreError { kind: Kind::Refused, errno: Some(libc::ELOOP), message: "a symlink stands on the way; refused (never followed here)".into() })
             }
@@ -62,7 +83,7 @@ impl PosixSink {
         let mut prefix = Vec::new();
         for c in rel.split(|&b| b == b'/') {
             prefix = join(&prefix, c);
-            let Ok(dir) = self.root.dir_no_links(parent(&prefix)) else { return false };
+            let Ok(dir) = self.root().dir_no_links(parent(&prefix)) else { return false };
             match fsops::stat_at(&dir, c) {
                 Ok(Some(st)) if st.st_mode & libc::S_IFMT == libc::S_IFLNK => return true,
                 Ok(Some(_)) => {}
@@ -118,23 +139,44 @@ impl PosixSink {
         }
         Ok(())
     }
+}
 
-    /// The chunks of `tmp` that `records` claim and its data proves (re-hashed): after a power
-    /// loss a journal may claim more than reached the disk (docs/journal.md).
-    fn proven(part: &File, spec: &PartSpec, records: Vec<(u64, [u8; 32])>) -> Vec<(u64, [u8; 32])> {
-        let chunks = chunk_count(spec.size, spec.chunk_size);
-        let mut buf = vec![0u8; spec.chunk_size as usize];
-        let mut proven = BTreeMap::new();
-        for (index, hash) in records {
-            if index >= chunks || proven.contains_key(&index) {
-                continue;
-            }
-            let (off, len) = chunk_range(spec.size, spec.chunk_size, index);
-            if part.read_exact_at(&mut buf[..len as usize], off).is_ok() && chunk_hash(&buf[..len as usize]) == hash {
-                proven.insert(index, hash);
-            }
+fn reserved(rel: &[u8]) -> StoreError {
+    StoreError::refused(format!("'{}' is in the name space tern keeps for its own files in that directory; refused", String::from_utf8_lossy(rel)))
+}
+
+/// Directory descriptors, opened beneath the root when first needed and kept up to `cap` (one is
+/// evicted to make room), so how many directories the files in flight span never decides how
+/// many descriptors are open. A user holds a directory's descriptor only while it uses it.
+pub(crate) struct DirCache {
+    root: DestRoot,
+    cap: usize,
+    map: Mutex<HashMap<Vec<u8>, Arc<Dir>>>,
+}
+
+impl DirCache {
+    /// The cap of a store that makes its own (requests, tests): it opens few parts.
+    const SMALL: usize = 16;
+
+    pub(crate) fn new(root: DestRoot, cap: usize) -> Self {
+        Self { root, cap, map: Mutex::new(HashMap::new()) }
+    }
+
+    /// Directory `rel` beneath the root (empty: the root).
+    pub(crate) fn get(&self, rel: &[u8]) -> io::Result<Arc<Dir>> {
+        if let Some(d) = self.map.lock().unwrap().get(rel) {
+            return Ok(d.clone());
         }
-        proven.into_iter().collect()
+        let dir = Arc::new(Dir::new(self.root.dir(rel)?)?);
+        let mut map = self.map.lock().unwrap();
+        if map.len() >= self.cap
+            && !map.contains_key(rel)
+            && let Some(evict) = map.keys().next().cloned()
+        {
+            map.remove(&evict);
+        }
+        map.insert(rel.to_vec(), dir.clone());
+        Ok(dir)
     }
 }
 
@@ -158,53 +200,76 @@ impl Sink for PosixSink {
     fn stat(&self, rel: &[u8]) -> Result<Option<Stat>> {
         check(rel)?;
         if rel.is_empty() {
-            return Ok(Some(stat_of(&rustix::fs::fstat(self.root.dir(b"")?)?)));
+            return Ok(Some(stat_of(&rustix::fs::fstat(self.root().dir(b"")?)?)));
         }
-        let dir = self.root.dir(parent(rel))?;
+        let dir = self.root().dir(parent(rel))?;
         Ok(fsops::stat_at(&dir, file_name(rel))?.as_ref().map(stat_of))
     }
 
     fn mkdir_all(&self, rel: &[u8]) -> Result<bool> {
         check(rel)?;
-        Ok(self.root.mkdir_all(rel)?)
+        Ok(self.root().mkdir_all(rel)?)
     }
 
     fn open_part(&self, rel: &[u8], spec: &PartSpec) -> Result<(PosixPart, Resume)> {
         check_entry(rel)?;
-        let dir = self.parent_of(rel)?;
+        let dir = fsops::waiting_for_descriptors(|| self.dirs.get(parent(rel)))?;
+        if dir.tag.reserves(file_name(rel)) {
+            return Err(reserved(rel));
+        }
         let (tmp, journal_name) = dir.tag.temp_names(file_name(rel));
         let header = JournalHeader { size: spec.size, mtime_s: spec.mtime.0, mtime_ns: spec.mtime.1, chunk_size: spec.chunk_size };
         // Single-chunk files keep no journal: resending one chunk costs what re-hashing it would.
-        let journaled = chunk_count(spec.size, spec.chunk_size) > 1;
-        let mut resume = Resume { chunks: Vec::new(), fresh: true };
+        let journaled = chunk_count(spec.size, spec.chunk_size) > 1 || spec.stripe.is_some();
+        let mut resume = Resume { chunks: Vec::new(), fresh: true, sealed: false };
         let mut journal = None;
-        if journaled
+        if let Some((first, end)) = spec.stripe {
+            // Shared with the file's other stripes, which may be writing it now from other
+            // nodes: joined (or started), only this stripe's chunks resumed, nothing removed
+            // that another stripe wrote, and never sparse (the part is not this writer's).
+            let (j, records) = join_shared_part(&dir, &tmp, &journal_name, &header)?;
+            journal = Some(j);
+            resume.fresh = false;
+            if spec.resume
+                && let Ok(part) = fsops::open_read(&dir, &tmp)
+            {
+                rehash_claimed(&|buf, off| part.read_exact_at(buf, off).is_ok(), spec.size, spec.chunk_size, records.into_iter().filter(|(i, _, _)| (first..end).contains(i)), &mut resume.chunks);
+            }
+        } else if journaled
             && spec.resume
-            && let Some((h, records)) = Journal::read(&dir, &journal_name)?
+            && !spec.fresh_dir
+            && let Some((h, records)) = Journal::read_sealed(&dir, &journal_name)?
             && h == header
             && let Ok(part) = fsops::open_read(&dir, &tmp)
         {
-            resume = Resume { chunks: Self::proven(&part, spec, records), fresh: false };
+            let (_, sealed) = rehash_claimed(&|buf, off| part.read_exact_at(buf, off).is_ok(), spec.size, spec.chunk_size, records, &mut resume.chunks);
+            resume.fresh = false;
+            resume.sealed = sealed;
             journal = Some(Journal::reopen(&dir, &journal_name)?);
         }
         if resume.fresh {
-            fsops::unlink_at(&dir, &tmp)?;
-            fsops::unlink_at(&dir, &journal_name)?;
+            // In a directory created this session nothing stood: nothing to remove.
+            if !spec.fresh_dir {
+                fsops::unlink_at(&dir, &tmp)?;
+                fsops::unlink_at(&dir, &journal_name)?;
+            }
             if journaled {
                 journal = Some(Journal::create(&dir, &journal_name, &header)?);
             }
         }
-        // Out of descriptors, wait for files in flight to land and give theirs back.
-        let file = fsops::waiting_for_descriptors(|| fsops::open_temp(&dir, &tmp))?;
+        resume.chunks.sort_unstable_by_key(|&(index, _)| index);
         let part = PosixPart {
-            dir,
+            dirs: self.dirs.clone(),
+            parent: parent(rel).to_vec(),
+            tag: dir.tag,
             tmp,
             name: file_name(rel).to_vec(),
             journal_name,
-            file,
+            file: OnceLock::new(),
             journal,
             size: spec.size,
             fresh: resume.fresh,
+            write_behind: self.write_behind,
             written_end: AtomicU64::new(0),
             finished: AtomicBool::new(false),
             gone: AtomicBool::new(false),
@@ -213,7 +278,7 @@ impl Sink for PosixSink {
     }
 
     fn barrier(&self) -> Result<()> {
-        Ok(self.root.syncfs()?)
+        Ok(self.root().syncfs()?)
     }
 
     fn symlink(&self, rel: &[u8], target: &[u8], mtime: Option<(i64, u32)>) -> Result<()> {
@@ -250,7 +315,7 @@ impl Sink for PosixSink {
 
     fn set_dir_meta(&self, rel: &[u8], meta: &Meta) -> Result<()> {
         check(rel)?;
-        let (dir, name): (_, &[u8]) = if rel.is_empty() { (self.root.dir(b"")?, b".") } else { (self.root.dir(parent(rel))?, file_name(rel)) };
+        let (dir, name): (_, &[u8]) = if rel.is_empty() { (self.root().dir(b"")?, b".") } else { (self.root().dir(parent(rel))?, file_name(rel)) };
         match fsops::stat_at(&dir, name)? {
             Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {}
             Some(_) => return Err(StoreError::errno(libc::ENOTDIR)),
@@ -271,22 +336,30 @@ impl Sink for PosixSink {
     }
 
     fn display(&self, rel: &[u8]) -> String {
-        self.root.display(rel)
+        self.root().display(rel)
     }
 }
 
 /// A partial file: the temporary and (multi-chunk files) its journal, in the directory of the
 /// final name, opened at `open_part`.
 pub(crate) struct PosixPart {
-    dir: Dir,
+    /// It holds no directory descriptor: it names its directory (`parent`, with the tag its
+    /// temporary names came from) and takes the descriptor from the cache while it uses it.
+    dirs: Arc<DirCache>,
+    parent: Vec<u8>,
+    tag: Tag,
     tmp: Vec<u8>,
     name: Vec<u8>,
     journal_name: Vec<u8>,
-    file: File,
+    /// The temporary, opened (created) by the first call that needs it, in the writer's thread:
+    /// a tree's temporaries are created in parallel by the streams, and a part holds no
+    /// descriptor for its data before its data arrives. Or why it could not be opened.
+    file: OnceLock<Result<File>>,
     journal: Option<Journal>,
     size: u64,
     /// The temporary did not exist before: all-zero blocks may be left as holes.
     fresh: bool,
+    write_behind: bool,
     /// End of the furthest byte written: a fresh file that reached its size needs no truncate.
     written_end: AtomicU64,
     finished: AtomicBool,
@@ -295,6 +368,24 @@ pub(crate) struct PosixPart {
 }
 
 impl PosixPart {
+    /// The part's directory, the very one its temporary names were made for.
+    fn dir(&self) -> Result<Arc<Dir>> {
+        let dir = fsops::waiting_for_descriptors(|| self.dirs.get(&self.parent))?;
+        if dir.tag != self.tag {
+            return Err(StoreError::new(Kind::Other, "its directory was replaced while the file was in flight"));
+        }
+        Ok(dir)
+    }
+
+    /// The temporary, opened on first use; out of descriptors, it waits for files in flight to
+    /// land and give theirs back.
+    fn file(&self) -> Result<&File> {
+        match self.file.get_or_init(|| Ok(fsops::waiting_for_descriptors(|| fsops::open_temp(&*self.dir()?, &self.tmp))?)) {
+            Ok(f) => Ok(f),
+            Err(e) => Err(StoreError { kind: e.kind, errno: e.errno, message: e.message.clone() }),
+        }
+    }
+
     fn live(&self) -> Result<()> {
         if self.gone.load(Relaxed) {
             return Err(StoreError::new(Kind::Other, "this partial file was already published or abandoned"));
@@ -306,7 +397,7 @@ impl PosixPart {
 impl Part for PosixPart {
     fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
         self.live()?;
-        let end = if self.fresh { write_sparse(&self.file, data, offset)? } else { self.file.write_all_at(data, offset).map(|_| offset + data.len() as u64)? };
+        let end = write_chunk(self.file()?, data, offset, self.fresh, self.write_behind)?;
         self.written_end.fetch_max(end, Relaxed);
         Ok(())
     }
@@ -317,7 +408,7 @@ impl Part for PosixPart {
         }
         let mut done = 0;
         while done < buf.len() {
-            match self.file.read_at(&mut buf[done..], offset + done as u64) {
+            match self.file()?.read_at(&mut buf[done..], offset + done as u64) {
                 Ok(0) => break,
                 Ok(n) => done += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -337,22 +428,27 @@ impl Part for PosixPart {
         }
     }
 
+    fn seal(&self, first: u64, end: u64, stripe_hash: &[u8; 32]) -> Result<()> {
+        self.live()?;
+        match &self.journal {
+            Some(j) => seal_durable(self.file()?, j, first, end, stripe_hash),
+            None => Err(StoreError::new(Kind::Other, "a part of one chunk keeps no journal to seal")),
+        }
+    }
+
     fn finish(&self, meta: &Meta) -> Result<()> {
         self.live()?;
         // A fresh file whose last byte was written already has its length; otherwise a hole at
         // the end, or a longer stale temporary, needs the truncate.
         if !(self.fresh && self.written_end.load(Relaxed) == self.size) {
-            self.file.set_len(self.size)?;
+            self.file()?.set_len(self.size)?;
         }
-        fsops::set_meta(&self.file, meta.mode, meta.mtime)?;
+        fsops::set_meta(self.file()?, meta.mode, meta.mtime)?;
         // What publish will move must be the file that was written: if anything else took the
         // temporary's name meanwhile, land nothing.
-        let written = rustix::fs::fstat(&self.file)?;
-        match fsops::stat_at(&self.dir, &self.tmp)? {
-            Some(st) if (st.st_dev, st.st_ino) == (written.st_dev, written.st_ino) => {}
-            _ => {
-                return Err(StoreError::new(Kind::Other, "the temporary file was replaced or removed while it was written (another process in this directory?); nothing was renamed into place"));
-            }
+        let written = rustix::fs::fstat(self.file()?)?;
+        if !still_holds(&*self.dir()?, &self.tmp, (written.st_dev, written.st_ino))? {
+            return Err(StoreError::new(Kind::Other, REPLACED));
         }
         self.finished.store(true, Relaxed);
         Ok(())
@@ -363,15 +459,16 @@ impl Part for PosixPart {
         if !self.finished.load(Relaxed) {
             return Err(StoreError::new(Kind::Other, "publish before finish"));
         }
-        if let Some(st) = fsops::stat_at(&self.dir, &self.name)?
-            && st.st_mode & libc::S_IFMT == libc::S_IFDIR
-        {
-            return Err(StoreError { kind: Kind::Conflict, errno: Some(libc::EISDIR), message: "a directory stands under the final name; nothing was renamed into place".into() });
-        }
-        fsops::rename_at(&self.dir, &self.tmp, &self.name)?;
+        // No look first (a metadata round trip on a parallel file system): a directory under
+        // the final name makes the rename itself fail (EISDIR), and nothing changes.
+        let dir = self.dir()?;
+        fsops::rename_at(&*dir, &self.tmp, &self.name).map_err(|e| match e.raw_os_error() {
+            Some(libc::EISDIR) => StoreError { kind: Kind::Conflict, errno: Some(libc::EISDIR), message: "a directory stands under the final name; nothing was renamed into place".into() },
+            _ => StoreError::from(e),
+        })?;
         self.gone.store(true, Relaxed);
         if self.journal.is_some() {
-            let _ = fsops::unlink_at(&self.dir, &self.journal_name);
+            let _ = fsops::unlink_at(&*dir, &self.journal_name);
         }
         Ok(())
     }
@@ -379,9 +476,85 @@ impl Part for PosixPart {
     fn abandon(&self) -> Result<()> {
         self.live()?;
         self.gone.store(true, Relaxed);
-        fsops::unlink_at(&self.dir, &self.tmp)?;
-        Ok(fsops::unlink_at(&self.dir, &self.journal_name)?)
+        let dir = self.dir()?;
+        fsops::unlink_at(&*dir, &self.tmp)?;
+        Ok(fsops::unlink_at(&*dir, &self.journal_name)?)
     }
+}
+
+/// Why a part is not published when its temporary's name no longer holds the file written.
+pub(crate) const REPLACED: &str = "the temporary file was replaced or removed while it was written (another process in this directory?); nothing was renamed into place";
+
+/// Whether `tmp` in `dir` is still the file written (`written`: its device and inode): what a
+/// publish moves must be the file that was written and verified.
+pub(crate) fn still_holds(dir: &impl std::os::fd::AsFd, tmp: &[u8], written: (u64, u64)) -> io::Result<bool> {
+    Ok(fsops::stat_at(dir, tmp)?.is_some_and(|st| (st.st_dev, st.st_ino) == written))
+}
+
+/// `--verify full`'s read from storage: flushes `file`, drops its cached pages so the read comes
+/// from storage, not memory, and hashes it whole as the source side does (`hashing::hash_file`).
+/// Err: what failed and the error.
+pub(crate) fn reread_hash(file: &File, size: u64, chunk_size: u32) -> std::result::Result<[u8; 32], (&'static str, io::Error)> {
+    file.sync_data().map_err(|e| ("cannot flush", e))?;
+    // Advice only: a file system that ignores it leaves a re-read from memory, never a wrong one.
+    unsafe {
+        libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(file), 0, 0, libc::POSIX_FADV_DONTNEED);
+    }
+    crate::store::hashing::hash_file(file, size, chunk_size).map_err(|e| ("cannot re-read for verification", e))
+}
+
+/// Writes one chunk's `data` at `off` of a part's temporary, in one `pwrite` (all-zero 64 KiB
+/// blocks of a `fresh` file left as holes), and with `write_behind` starts its writeback
+/// (`start_writeback`). Returns where the last write ended.
+pub(crate) fn write_chunk(file: &File, data: &[u8], off: u64, fresh: bool, write_behind: bool) -> io::Result<u64> {
+    let end = if fresh { write_sparse(file, data, off)? } else { file.write_all_at(data, off).map(|_| off + data.len() as u64)? };
+    if write_behind {
+        start_writeback(file, off, data.len() as u64);
+    }
+    Ok(end)
+}
+
+/// Queues `len` bytes at `off` of `file` for writeback (0, 0: all of it) and returns at once
+/// (`sync_file_range(SYNC_FILE_RANGE_WRITE)`, no wait): what is made durable later waits only
+/// for the tail.
+pub(crate) fn start_writeback(file: &File, off: u64, len: u64) {
+    unsafe {
+        libc::sync_file_range(std::os::fd::AsRawFd::as_raw_fd(file), off as i64, len as i64, libc::SYNC_FILE_RANGE_WRITE);
+    }
+}
+
+/// Makes a part's data durable (`fdatasync`: write-behind already started each chunk's
+/// writeback, so this waits for the tail), then seals chunks `first..end` in its journal
+/// (docs/journal.md "Seals"): never a seal over data that is not durable.
+pub(crate) fn seal_durable(file: &File, journal: &Journal, first: u64, end: u64, stripe_hash: &[u8; 32]) -> Result<()> {
+    rustix::fs::fdatasync(file)?;
+    Ok(journal.seal(first, end, stripe_hash)?)
+}
+
+/// Joins the partial file and journal that a file's stripes share, starting them if this is the
+/// first stripe here. A journal of another version of the file (a leftover) is started over:
+/// its temporary removed before the new header is written, so no stripe joins a stale part.
+/// A journal whose header is still being written (another stripe just made it) is waited for;
+/// one whose header stays unreadable (torn by a crash) is a leftover too.
+pub(crate) fn join_shared_part(dir: &impl std::os::fd::AsFd, tmp: &[u8], jname: &[u8], header: &JournalHeader) -> io::Result<(Journal, Vec<Claim>)> {
+    const WAIT: std::time::Duration = std::time::Duration::from_millis(5);
+    const TRIES: u32 = 400; // 2 s: a header is one write after the create
+    for _ in 0..TRIES {
+        match Journal::read_sealed(dir, jname)? {
+            Some((h, records)) if &h == header => return Ok((Journal::reopen(dir, jname)?, records)),
+            Some(_) => break,
+            None => {
+                if let Some(j) = Journal::create_shared(dir, jname, header, || fsops::unlink_at(dir, tmp))? {
+                    return Ok((j, Vec::new()));
+                }
+                std::thread::sleep(WAIT);
+            }
+        }
+    }
+    // A leftover: its temporary goes, then the journal restarts. A stripe of this version
+    // racing here writes the same header, and what either wrote is re-hashed before it counts.
+    fsops::unlink_at(dir, tmp)?;
+    Ok((Journal::create(dir, jname, header)?, Vec::new()))
 }
 
 /// Writes the non-zero 64 KiB blocks of `data` at `off` (all-zero ones read back as zeros from
@@ -482,8 +655,6 @@ pub(crate) mod tests {
             names == ["outside", "root"] && std::fs::read(self.top.join("outside/keep")).ok().as_deref() == Some(&b"precious"[..])
         }
     }
-
-    use crate::store::fsops::Tag;
 
     #[test]
     fn beneath_a_daemon_root_links_that_could_leave_it_are_refused() {
