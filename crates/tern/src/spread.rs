@@ -108,6 +108,10 @@ pub(crate) fn plan(spec: &ClientSpec, contents: bool, sync: bool, dry_run: bool)
     // Each question is a connection of a few round trips (~0.3 s at 68 ms): the two sides are
     // asked at once, and the source is listed only once the destination is known to spread.
     let src = &spec.sources[0];
+    // Only a daemon or a host list at the destination spreads: nothing to ask the source then.
+    if !(host_list || matches!(spec.dest, Endpoint::Daemon { .. })) {
+        return Ok(None);
+    }
     let (dst_nodes, src_nodes) = std::thread::scope(|scope| {
         let src_nodes = scope.spawn(|| source_nodes(spec, src, host_list));
         (destination_nodes(spec, host_list), src_nodes.join().expect("asking the source's cluster panicked"))
@@ -330,8 +334,9 @@ fn cut(files: Vec<Listed>, pairs: u64, total: u64, stripe_chunk: Option<u32>) ->
         units.push(cur);
     }
     // Whole files balance the pairs when the largest are small against a pair's share; striping
-    // then only costs (a session per stripe, and one more that publishes the file). So files are striped, the largest first, only while the pairs would not finish
-    // within 10 % of each other otherwise (4 × 1 GiB: none over 2 pairs, one over 3).
+    // then only costs (a session per stripe, and one more that publishes the file). So files
+    // are striped, the largest first, only while the pairs would not finish within 10 % of each
+    // other otherwise (4 × 1 GiB: none over 2 pairs, one over 3).
     if let Some(cs) = stripe_chunk.map(u64::from).filter(|&cs| cs > 0) {
         let share = total.div_ceil(pairs.max(1));
         while makespan(&units, pairs) * 10 > share * 11 {

@@ -606,13 +606,14 @@ fn a_hostile_sender_s_chunk_of_another_stripe_is_never_written_and_the_file_publ
         assert!(!bytes.windows(8).any(|w| w == b"FORGED! "), "another stripe's forged chunk was written to {}", f.display());
     }
 
-    // The closing pass of the whole file publishes it from the two sealed stripes: exactly the
-    // honest bytes, which it would not be had the forged chunk reached the part.
+    // The closing pass of the whole file publishes it (the honest stripe sealed, the other's
+    // chunks asked for again): exactly the honest bytes, which it would not be had the forged
+    // chunk reached the part.
     let mut p = Push::open(&d);
     p.announce(big(None));
     let (answer, rounds) = p.serve(tern_proto::chunk::file_hash(SIZE, &h), &[]);
     assert!(matches!(answer, Control::FileDone(ref ids) if ids == &[0]), "the closing pass: {answer:?}");
-    eprintln!("closing pass: {rounds} rounds of wanted chunks (0: every chunk sealed)");
+    eprintln!("closing pass: {rounds} rounds of wanted chunks");
     let want: Vec<u8> = (0..4).flat_map(honest).collect();
     assert!(fs::read(root.join("copy/big.bin")).unwrap() == want, "the published file is not the source's bytes");
     assert_eq!(outside(t.path(), &root), before, "written outside the daemon's root");

@@ -162,11 +162,7 @@ impl Sink {
     }
     /// The file's directory, the very one its temporary names were made for (beneath the root).
     fn dir(&self) -> std::io::Result<Arc<Dir>> {
-        let dir = fsops::waiting_for_descriptors(|| self.dirs.get(&self.parent))?;
-        if dir.tag != self.tag {
-            return Err(std::io::Error::other("its directory was replaced while the file was in flight"));
-        }
-        Ok(dir)
+        self.dirs.get_tagged(&self.parent, self.tag)
     }
     /// A one-chunk file's data: open its temporary, write, set length and metadata, start the
     /// writeback (`write_behind`), record its identity, close. Err: what failed and the error.

@@ -71,11 +71,11 @@ struct PartData {
     finished: bool,
 }
 
-fn err(kind: Kind, errno: i32, message: &str) -> StoreError {
+pub(super) fn err(kind: Kind, errno: i32, message: &str) -> StoreError {
     StoreError { kind, errno: Some(errno), message: message.into() }
 }
 
-fn components(path: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
+pub(super) fn components(path: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
     path.split(|&b| b == b'/').filter(|c| !c.is_empty())
 }
 
@@ -83,48 +83,69 @@ fn same_file(a: &PartSpec, b: &PartSpec) -> bool {
     (a.size, a.mtime, a.chunk_size) == (b.size, b.mtime, b.chunk_size)
 }
 
-impl State {
-    /// The canonical path `rel` names: symlinks on the way followed (the final one only with
-    /// `follow_final`) as long as they stay beneath the root, or with `!links` none at all.
-    fn resolve(&self, rel: &[u8], follow_final: bool, links: bool) -> Result<Vec<u8>> {
-        let mut todo: VecDeque<Vec<u8>> = components(rel).map(<[u8]>::to_vec).collect();
-        let mut at: Vec<Vec<u8>> = Vec::new();
-        let mut hops = 0;
-        while let Some(c) = todo.pop_front() {
-            match &c[..] {
-                b"." => continue,
-                b".." => {
-                    if at.pop().is_none() {
-                        return Err(err(Kind::Refused, libc::EXDEV, "the path resolves outside the root; refused"));
-                    }
-                    continue;
+/// What an in-memory store holds at a path, as path resolution needs to know it.
+pub(super) enum Looked {
+    Link(Vec<u8>),
+    File,
+    Dir,
+    Missing,
+}
+
+/// The canonical path `rel` names in an in-memory store whose entries `look` tells: symlinks on
+/// the way followed (the final one only with `follow_final`) as long as they stay beneath the
+/// root, or with `!links` none at all. A missing final entry is its own path (the caller decides
+/// what absent means); a missing one on the way is ENOENT. One resolution for `MemSink` and
+/// `MemSource`, so both stores confine paths alike.
+pub(super) fn resolve(rel: &[u8], follow_final: bool, links: bool, look: impl Fn(&[u8]) -> Looked) -> Result<Vec<u8>> {
+    let mut todo: VecDeque<Vec<u8>> = components(rel).map(<[u8]>::to_vec).collect();
+    let mut at: Vec<Vec<u8>> = Vec::new();
+    let mut hops = 0;
+    while let Some(c) = todo.pop_front() {
+        match &c[..] {
+            b"." => continue,
+            b".." => {
+                if at.pop().is_none() {
+                    return Err(err(Kind::Refused, libc::EXDEV, "the path resolves outside the root; refused"));
                 }
-                _ => at.push(c),
+                continue;
             }
-            let last = todo.is_empty();
-            match self.nodes.get(&at.join(&b'/')) {
-                Some(Node::Link { target, .. }) if !last || follow_final => {
-                    if !links {
-                        return Err(err(Kind::Refused, libc::ELOOP, "a symlink on the way; refused"));
-                    }
-                    hops += 1;
-                    if hops > MAX_HOPS {
-                        return Err(StoreError::errno(libc::ELOOP));
-                    }
-                    if target.starts_with(b"/") {
-                        return Err(err(Kind::Refused, libc::EXDEV, "an absolute symlink on the way; refused"));
-                    }
-                    at.pop();
-                    for t in components(target).rev() {
-                        todo.push_front(t.to_vec());
-                    }
-                }
-                Some(Node::File { .. }) if !last => return Err(StoreError::errno(libc::ENOTDIR)),
-                None if !last => return Err(StoreError::errno(libc::ENOENT)),
-                _ => {}
-            }
+            _ => at.push(c),
         }
-        Ok(at.join(&b'/'))
+        let last = todo.is_empty();
+        match look(&at.join(&b'/')) {
+            Looked::Link(target) if !last || follow_final => {
+                if !links {
+                    return Err(err(Kind::Refused, libc::ELOOP, "a symlink on the way; refused"));
+                }
+                hops += 1;
+                if hops > MAX_HOPS {
+                    return Err(StoreError::errno(libc::ELOOP));
+                }
+                if target.starts_with(b"/") {
+                    return Err(err(Kind::Refused, libc::EXDEV, "an absolute symlink on the way; refused"));
+                }
+                at.pop();
+                for t in components(&target).rev() {
+                    todo.push_front(t.to_vec());
+                }
+            }
+            Looked::File if !last => return Err(StoreError::errno(libc::ENOTDIR)),
+            Looked::Missing if !last => return Err(StoreError::errno(libc::ENOENT)),
+            _ => {}
+        }
+    }
+    Ok(at.join(&b'/'))
+}
+
+impl State {
+    /// The canonical path `rel` names ([`resolve`]).
+    fn resolve(&self, rel: &[u8], follow_final: bool, links: bool) -> Result<Vec<u8>> {
+        resolve(rel, follow_final, links, |key| match self.nodes.get(key) {
+            Some(Node::Link { target, .. }) => Looked::Link(target.clone()),
+            Some(Node::File { .. }) => Looked::File,
+            Some(Node::Dir { .. }) => Looked::Dir,
+            None => Looked::Missing,
+        })
     }
 
     /// The canonical path of directory `rel`, which must exist.

@@ -2,13 +2,11 @@
 //! tests. Files can be rewritten or cut behind its back; open handles see the change, as a POSIX
 //! descriptor sees its file truncated.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use super::mem::{Looked, components, err, resolve};
 use super::{EntryType, Kind, Result, Source, SourceFile, Stat, StoreError, check_entry};
-
-/// As Linux: at most 40 symlinks followed in one resolution.
-const MAX_HOPS: usize = 40;
 
 /// A shared handle: clones see (and change) the same source.
 #[derive(Clone, Default)]
@@ -20,14 +18,6 @@ enum Node {
     Dir,
     File { data: Vec<u8>, mtime: (i64, u32) },
     Link { target: Vec<u8> },
-}
-
-fn err(kind: Kind, errno: i32, message: &str) -> StoreError {
-    StoreError { kind, errno: Some(errno), message: message.into() }
-}
-
-fn components(path: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
-    path.split(|&b| b == b'/').filter(|c| !c.is_empty())
 }
 
 impl MemSource {
@@ -57,43 +47,14 @@ impl MemSource {
     }
 
     /// The canonical path `rel` names: links on the way followed while they stay beneath the
-    /// root, a final one not.
+    /// root, a final one not (`mem::resolve`, as the in-memory sink confines its paths).
     fn resolve(nodes: &BTreeMap<Vec<u8>, Node>, rel: &[u8]) -> Result<Vec<u8>> {
-        let mut todo: VecDeque<Vec<u8>> = components(rel).map(<[u8]>::to_vec).collect();
-        let mut at: Vec<Vec<u8>> = Vec::new();
-        let mut hops = 0;
-        while let Some(c) = todo.pop_front() {
-            match &c[..] {
-                b"." => continue,
-                b".." => {
-                    if at.pop().is_none() {
-                        return Err(err(Kind::Refused, libc::EXDEV, "the path resolves outside the root; refused"));
-                    }
-                    continue;
-                }
-                _ => at.push(c),
-            }
-            let last = todo.is_empty();
-            match nodes.get(&at.join(&b'/')) {
-                Some(Node::Link { target }) if !last => {
-                    hops += 1;
-                    if hops > MAX_HOPS {
-                        return Err(StoreError::errno(libc::ELOOP));
-                    }
-                    if target.starts_with(b"/") {
-                        return Err(err(Kind::Refused, libc::EXDEV, "an absolute symlink on the way; refused"));
-                    }
-                    at.pop();
-                    for t in components(target).rev() {
-                        todo.push_front(t.to_vec());
-                    }
-                }
-                Some(Node::File { .. }) if !last => return Err(StoreError::errno(libc::ENOTDIR)),
-                None => return Err(StoreError::errno(libc::ENOENT)),
-                _ => {}
-            }
-        }
-        Ok(at.join(&b'/'))
+        resolve(rel, false, true, |key| match nodes.get(key) {
+            Some(Node::Link { target }) => Looked::Link(target.clone()),
+            Some(Node::File { .. }) => Looked::File,
+            Some(Node::Dir) => Looked::Dir,
+            None => Looked::Missing,
+        })
     }
 }
 

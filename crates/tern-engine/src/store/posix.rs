@@ -178,6 +178,16 @@ impl DirCache {
         map.insert(rel.to_vec(), dir.clone());
         Ok(dir)
     }
+
+    /// Directory `rel`, the very one whose tag a part's temporary names were made with (out of
+    /// descriptors, it waits for files in flight to land and give theirs back).
+    pub(crate) fn get_tagged(&self, rel: &[u8], tag: Tag) -> io::Result<Arc<Dir>> {
+        let dir = fsops::waiting_for_descriptors(|| self.get(rel))?;
+        if dir.tag != tag {
+            return Err(io::Error::other("its directory was replaced while the file was in flight"));
+        }
+        Ok(dir)
+    }
 }
 
 pub(crate) fn stat_of(st: &rustix::fs::Stat) -> Stat {
@@ -370,11 +380,7 @@ pub(crate) struct PosixPart {
 impl PosixPart {
     /// The part's directory, the very one its temporary names were made for.
     fn dir(&self) -> Result<Arc<Dir>> {
-        let dir = fsops::waiting_for_descriptors(|| self.dirs.get(&self.parent))?;
-        if dir.tag != self.tag {
-            return Err(StoreError::new(Kind::Other, "its directory was replaced while the file was in flight"));
-        }
-        Ok(dir)
+        Ok(self.dirs.get_tagged(&self.parent, self.tag)?)
     }
 
     /// The temporary, opened on first use; out of descriptors, it waits for files in flight to
