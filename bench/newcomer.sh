@@ -4,6 +4,9 @@
 # through a daemon, each checked with SHA-256. Needs root (it starts a throwaway sshd on a
 # loopback port, like the tests do).
 #   bench/newcomer.sh            # CARGO_TARGET_DIR is shared with this checkout to save a build
+#   NEWCOMER_IN_PLACE=1 TERN_BIN=target/dist/tern bench/newcomer.sh
+#                                # CI: its checkout is a fresh clone already, and the shipped
+#                                # binary is built: no second clone, no second release build
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/tern-newcomer.XXXXXX")
@@ -12,13 +15,18 @@ cleanup() { [[ -n $sshd_pid ]] && kill "$sshd_pid" 2>/dev/null; rm -rf "$work"; 
 trap cleanup EXIT
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$here/target}
 
-echo "newcomer: git clone"
-git clone -q "$here" "$work/tern"
-cd "$work/tern"
+if [[ -n ${NEWCOMER_IN_PLACE:-} ]]; then
+  cd "$here"
+else
+  echo "newcomer: git clone"
+  git clone -q "$here" "$work/tern"
+  cd "$work/tern"
+fi
+[[ -z ${TERN_BIN:-} ]] || export TERN_BIN=$(realpath "$TERN_BIN")
 
 echo "newcomer: README command 1: scripts/quickstart.sh 64"
 timeout 1800 scripts/quickstart.sh 64 | sed 's/^/    /'
-tern=$CARGO_TARGET_DIR/release/tern
+tern=${TERN_BIN:-$CARGO_TARGET_DIR/release/tern}
 
 echo "newcomer: a host that never saw tern, over ssh"
 command -v sshd >/dev/null || [[ -x /usr/sbin/sshd ]] || { echo "newcomer: no sshd (apt-get install openssh-server)" >&2; exit 1; }

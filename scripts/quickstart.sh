@@ -4,13 +4,19 @@
 # decades), starts a local `tern serve` daemon, copies the dataset through it with the live
 # progress display, copies it back, and checks both copies byte for byte with SHA-256.
 #   scripts/quickstart.sh [SIZE_MB]     (default 512)
+#   TERN_BIN=target/dist/tern scripts/quickstart.sh   # a binary already built (CI: the shipped one)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 size_mb=${1:-512}
 
-echo "==> building tern (release)"
-cargo build --release --locked -p tern
-tern=$(realpath -m "${CARGO_TARGET_DIR:-target}")/release/tern
+if [[ -n ${TERN_BIN:-} ]]; then
+  tern=$(realpath "$TERN_BIN")
+  echo "==> using $tern"
+else
+  echo "==> building tern (release)"
+  cargo build --release --locked -p tern
+  tern=$(realpath -m "${CARGO_TARGET_DIR:-target}")/release/tern
+fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/tern-quickstart.XXXXXX")
 daemon=
