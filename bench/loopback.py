@@ -12,6 +12,7 @@ client with ssh, and the sshd with the sessions it reaped: the remote side). Row
                 only to measure what integrity costs; never a user setting. Release builds
                 ignore the switch, so this row runs a build with the test hooks in it:
                 cargo build --release -p tern --features test-hooks --target-dir target/hooks
+  tern-base     tern with another build (TERN_BASE_BIN): old binary against new in one run
   scp, rsync    OpenSSH defaults (scp speaks SFTP; rsync -a over ssh)
   disk          (--on-disk only) the disk's own limit, no network: dd conv=fdatasync of the big
                 file, cp -a then sync -f of the small tree. tern's durable copy is then reported
@@ -26,6 +27,8 @@ REPO = Path(__file__).resolve().parent.parent
 TERN = Path(os.environ.get("TERN_BIN", REPO / "target/release/tern"))
 # The same build with the TERN_FAULT_*/TERN_DEBUG_* switches compiled in (its own target dir,
 # so target/release/tern stays the binary users get).
+# tern-base: another build of tern (an older commit), for old-against-new side by side.
+TERN_BASE = Path(os.environ.get("TERN_BASE_BIN", "/nonexistent"))
 TERN_HOOKS = Path(os.environ.get("TERN_HOOKS_BIN", REPO / "target/hooks/release/tern"))
 
 
@@ -96,11 +99,14 @@ def main():
     ap.add_argument("--big-gib", type=int, default=4)
     ap.add_argument("--small", type=int, default=10000)
     ap.add_argument("--tools", default="tern,tern-noenc,tern-nohash,scp,rsync")
+    ap.add_argument("--name", help="results name (default: loopback, or loopback-disk with --on-disk)")
     ap.add_argument("--on-disk", metavar="DIR", help="put source and copies under DIR (a disk) instead of tmpfs; caches are dropped before every run; writes loopback-disk.md")
     a = ap.parse_args()
     if not TERN.exists():
         sys.exit("loopback.py: build first: cargo build --release -p tern")
     tools = a.tools.split(",")
+    if "tern-base" in tools and not TERN_BASE.exists():
+        sys.exit("loopback.py: tern-base needs TERN_BASE_BIN (the other build's binary)")
     if "tern-nohash" in tools and not TERN_HOOKS.exists():
         print(f"loopback.py: no {TERN_HOOKS}, skipping tern-nohash (cargo build --release -p tern --features test-hooks --target-dir target/hooks)", file=sys.stderr)
         tools.remove("tern-nohash")
@@ -133,6 +139,7 @@ def main():
         cmds = {
             "tern": lambda s, d: [str(TERN), "cp", "-r", "-q", "--ssh", ssh, "--remote-bin", str(TERN), str(s), f"{target}:{d}"],
             "tern-fsync-none": lambda s, d: [str(TERN), "cp", "-r", "-q", "--fsync", "none", "--ssh", ssh, "--remote-bin", str(TERN), str(s), f"{target}:{d}"],
+            "tern-base": lambda s, d: [str(TERN_BASE), "cp", "-r", "-q", "--ssh", ssh, "--remote-bin", str(TERN_BASE), str(s), f"{target}:{d}"],
             "tern-noenc": lambda s, d: [str(TERN), "cp", "-r", "-q", "--no-encrypt", "--ssh", ssh, "--remote-bin", str(TERN), str(s), f"{target}:{d}"],
             "tern-nohash": lambda s, d: [str(TERN_HOOKS), "cp", "-r", "-q", "--ssh", ssh, "--remote-bin", f"env TERN_DEBUG_NO_HASH=1 {TERN_HOOKS}", str(s), f"{target}:{d}"],
             "scp": lambda s, d: ["scp", "-r", "-q", "-P", ssh.split()[2]] + ssh.split()[3:] + [str(s), f"{target}:{d}"],
@@ -180,7 +187,7 @@ def main():
                 results.append(row)
         out = REPO / "bench/results"
         out.mkdir(exist_ok=True)
-        name = "loopback-disk" if a.on_disk else "loopback"
+        name = a.name or ("loopback-disk" if a.on_disk else "loopback")
         (out / f"{name}.json").write_text(json.dumps(results, indent=1))
         lines = [
             f"# loopback: {a.big_gib} GiB file and {a.small} × 4 KiB files, over one sshd on 127.0.0.1",
