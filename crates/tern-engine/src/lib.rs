@@ -30,3 +30,4 @@ pub mod probe;
 pub mod progress;
 pub mod server;
 pub mod store;
+pub mod threads;

@@ -77,7 +77,11 @@ impl Gate {
         let gate = Arc::new(Gate { limits, state: Mutex::default(), refusing: AtomicUsize::new(0), log: Mutex::default() });
         let weak = Arc::downgrade(&gate);
         let tick = (limits.auth_timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
-        thread::spawn(move || reap(weak, tick));
+        // Without its reaper, connections that never authenticate are still bounded by the
+        // cap on waiting ones (the oldest is dropped for a newcomer), only not timed out.
+        if let Err(e) = crate::threads::spawn("tern-reaper", move || reap(weak, tick)) {
+            tracing::warn!("connections that do not authenticate will not be timed out: {e}");
+        }
         gate
     }
 

@@ -342,3 +342,42 @@ fn an_unresolvable_host_fails_once_without_reconnecting() {
     assert!(!r.stderr().contains("reconnecting"), "retried: {}", r.stderr());
     assert_eq!(r.json["reconnects"], 0, "{}", r.json);
 }
+
+/// Out of threads (`ulimit -u`): one clear line and a plain exit. A refused thread used to
+/// panic, and a panic in the receiver's thread left the sender waiting for it forever (found
+/// with `prlimit --nproc=12`). Every limit below what a copy needs is tried, as nobody (root is
+/// exempt from the limit).
+#[test]
+fn running_out_of_threads_is_one_clear_line_never_a_panic_or_a_hang() {
+    let ok = Command::new("setpriv").args(["--reuid=65534", "--regid=65534", "--clear-groups", "true"]).status().is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("SKIP: cannot drop privileges with setpriv");
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    open_dir(t.path());
+    let src = t.path().join("src");
+    for i in 0..8 {
+        write_file(&src.join(format!("f{i}")), i, 3_000_000);
+    }
+    for e in fs::read_dir(&src).unwrap() {
+        fs::set_permissions(e.unwrap().path(), fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    fs::set_permissions(&src, fs::Permissions::from_mode(0o755)).unwrap();
+    for nproc in [4, 8, 12] {
+        let dst = t.path().join(format!("out{nproc}"));
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "prlimit", &format!("--nproc={nproc}"), "--", tern_bin(), "cp", "-r"]).arg(&src).arg(&dst);
+        let started = std::time::Instant::now();
+        let out = run_bounded(cmd, Duration::from_secs(90));
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(started.elapsed() < Duration::from_secs(80), "nproc {nproc}: still running after {:?}: {e}", started.elapsed());
+        if out.status.success() {
+            continue; // enough threads after all (this limit counts nobody's other processes too)
+        }
+        assert_eq!(out.status.code(), Some(1), "nproc {nproc}: {e}");
+        assert!(!e.contains("panicked"), "nproc {nproc}: {e}");
+        assert_eq!(e.trim_end().lines().count(), 1, "nproc {nproc}: {e}");
+        assert!(e.contains("cannot start a thread") && e.contains("ulimit -u"), "nproc {nproc}: {e}");
+    }
+}

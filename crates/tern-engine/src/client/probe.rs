@@ -261,7 +261,7 @@ pub fn run(spec: &ClientSpec, dest: &Endpoint, plan: &Plan, local: Option<Connec
     for c in conns {
         if plan.pull {
             let (arrived, chunk) = (arrived.clone(), plan.chunk_size);
-            drains.push(thread::spawn(move || drain(c, chunk, arrived)));
+            drains.push(crate::threads::spawn_or_refuse(Side::Destination, "tern-test-drain", move || drain(c, chunk, arrived))?);
         } else {
             lanes.push(Lane::new(c));
         }

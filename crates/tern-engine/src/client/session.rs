@@ -215,7 +215,9 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
                 beneath: fence(&spec.fences.dst, Side::Destination)?,
                 allow_links_out: true,
             };
-            let recv = thread::spawn(move || Receiving::new().run(CtrlReader::new(server_half.reader), Arc::new(CtrlWriter::new(server_half.writer)), theirs, params));
+            let recv = crate::threads::spawn_or_refuse(Side::Destination, "tern-receive", move || {
+                Receiving::new().run(CtrlReader::new(server_half.reader), Arc::new(CtrlWriter::new(server_half.writer)), theirs, params)
+            })?;
             let client_half = ControlHalves::from_unix(c1).map_err(local_err)?;
             let channel = Channel { reader: CtrlReader::new(client_half.reader), writer: Arc::new(CtrlWriter::new(client_half.writer)) };
             let r = run_sender(run, options, channel, Streams::Ready(mine), None, NO_RESETS);
@@ -564,9 +566,10 @@ impl EarlyStreams {
     fn start(addr: String, n: u16, count: Option<u16>, encrypt: bool, bufsize: Option<usize>) -> Self {
         let gate = Arc::new((Mutex::new(Gate { count, ..Gate::default() }), Condvar::new()));
         let handles = (0..n)
-            .map(|_| {
+            .filter_map(|_| {
                 let (gate, addr) = (gate.clone(), addr.clone());
-                thread::spawn(move || {
+                // Without a thread, one early stream fewer: the session opens what is missing.
+                crate::threads::spawn("tern-early", move || {
                     let started = Instant::now();
                     let sock = connect_io(&addr)?;
                     let took = started.elapsed();
@@ -581,6 +584,7 @@ impl EarlyStreams {
                     drop(g);
                     crate::net::datastream::preconnect(sock, encrypt, bufsize)
                 })
+                .ok()
             })
             .collect();
         Self { gate, handles }
@@ -622,11 +626,13 @@ fn connect_io(addr: &str) -> std::io::Result<TcpStream> {
 fn preconnect_streams(control: &TcpStream, n: u16, encrypt: bool, bufsize: Option<usize>) -> Vec<thread::JoinHandle<std::io::Result<Preconnected>>> {
     let Ok(peer) = control.peer_addr() else { return Vec::new() };
     (0..n)
-        .map(|_| {
-            thread::spawn(move || {
+        // Without a thread, one stream fewer preconnected: the session opens what is missing.
+        .filter_map(|_| {
+            crate::threads::spawn("tern-preconnect", move || {
                 let sock = TcpStream::connect_timeout(&peer, Duration::from_secs(10))?;
                 crate::net::datastream::preconnect(sock, encrypt, bufsize)
             })
+            .ok()
         })
         .collect()
 }
@@ -644,8 +650,8 @@ fn accept_reverse(listener: &std::net::TcpListener, auth: &StreamAuth, n: u16) -
             match listener.accept() {
                 Ok((sock, _)) => {
                     accepted += 1;
-                    let (tx, auth) = (tx.clone(), auth.clone());
-                    thread::spawn(move || {
+                    let (tx, auth, refused) = (tx.clone(), auth.clone(), tx.clone());
+                    let started = crate::threads::spawn("tern-accept", move || {
                         let setup = || -> std::io::Result<DataConn> {
                             sock.set_nonblocking(false)?;
                             let mut kind = [0u8; 1];
@@ -654,6 +660,9 @@ fn accept_reverse(listener: &std::net::TcpListener, auth: &StreamAuth, n: u16) -
                         };
                         let _ = tx.send(setup());
                     });
+                    if let Err(e) = started {
+                        let _ = refused.send(Err(e));
+                    }
                     continue;
                 }
                 Err(e) if e.kind() != std::io::ErrorKind::WouldBlock => {
@@ -742,13 +751,25 @@ fn attach_streams(
             conns
         }
         Streams::Connecting(connect) => {
-            thread::spawn(move || match connect() {
+            // `fail` is called once: by the thread, or here if no thread could be started.
+            let fail = Arc::new(Mutex::new(Some(fail)));
+            let failing = fail.clone();
+            let started = crate::threads::spawn("tern-connect", move || match connect() {
                 Ok(conns) => {
                     start_ramp_on(&conns);
                     conns.into_iter().for_each(|c| add(c));
                 }
-                Err(e) => fail(e),
+                Err(e) => {
+                    if let Some(fail) = failing.lock().unwrap().take() {
+                        fail(e);
+                    }
+                }
             });
+            if let Err(e) = started
+                && let Some(fail) = fail.lock().unwrap().take()
+            {
+                fail(crate::threads::refused(Side::Network, "tern-connect", &e));
+            }
             Vec::new()
         }
     }
@@ -790,7 +811,8 @@ fn start_ramp(progress: Arc<Progress>, initial: &[DataConn], max: u16, opener: O
         return;
     }
     let start = initial.len() as u32;
-    thread::spawn(move || {
+    // Without a thread for it, the session keeps the streams it has.
+    let _ = crate::threads::spawn("tern-ramp", move || {
         let delivered = |probes: &[TcpStream]| probes.iter().filter_map(crate::net::transport::delivered_bytes).sum::<u64>();
         let bytes_left = || {
             let moved = Progress::get(&progress.bytes) + Progress::get(&progress.bytes_skipped);
@@ -863,7 +885,7 @@ impl SshConn {
         let stderr = child.stderr.take().unwrap();
         let tail: Arc<Mutex<Vec<String>>> = Arc::default();
         let t = tail.clone();
-        thread::spawn(move || {
+        let reading = crate::threads::spawn("tern-ssh-err", move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 tracing::debug!("remote: {line}");
                 let mut t = t.lock().unwrap();
@@ -873,6 +895,11 @@ impl SshConn {
                 }
             }
         });
+        if let Err(e) = reading {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(crate::threads::refused(Side::Network, "tern-ssh-err", &e));
+        }
         let (mut stdin, stdout): (Box<dyn Write + Send>, Box<dyn Read + Send>) = if spec.ssh.remote_bin.is_some() {
             (Box::new(stdin), Box::new(stdout))
         } else {
@@ -930,8 +957,11 @@ impl Drop for SshConn {
     /// it if it lingers.
     fn drop(&mut self) {
         drop(self.stdin.take());
-        let Some(mut child) = self.child.take() else { return };
-        thread::spawn(move || {
+        let Some(child) = self.child.take() else { return };
+        let child = Arc::new(Mutex::new(Some(child)));
+        let reaping = child.clone();
+        let started = crate::threads::spawn("tern-reap", move || {
+            let Some(mut child) = reaping.lock().unwrap().take() else { return };
             let deadline = Instant::now() + Duration::from_secs(2);
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = child.try_wait() {
@@ -942,6 +972,13 @@ impl Drop for SshConn {
             let _ = child.kill();
             let _ = child.wait();
         });
+        // No thread to wait for it gracefully: end it now rather than leave a zombie.
+        if started.is_err()
+            && let Some(mut child) = child.lock().unwrap().take()
+        {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 

@@ -330,22 +330,28 @@ impl Receiving {
         let write_behind = !p.options.fsync_none() && !crate::faults::faults().no_write_behind;
         let spawn_worker = |conn: DataConn, closers: &mut Vec<crate::net::transport::Closer>| {
             closers.push(conn.closer.clone());
-            p.progress.streams.fetch_add(1, Relaxed);
             let (s, ev, end) = (sinks.clone(), events.clone(), ending.clone());
-            thread::spawn(move || recv_worker(conn, s, ev, chunk_size, end, resets, write_behind));
+            crate::threads::spawn_or_refuse(Side::Destination, "tern-recv", move || recv_worker(conn, s, ev, chunk_size, end, resets, write_behind))?;
+            p.progress.streams.fetch_add(1, Relaxed);
+            Ok::<_, TransferError>(())
         };
+        let mut started = Ok(());
         for conn in streams {
-            spawn_worker(conn, &mut closers);
+            if started.is_ok() {
+                started = spawn_worker(conn, &mut closers);
+            }
         }
-        crate::net::control::spawn_reader(reader, events.clone(), Event::Ctrl, Event::CtrlFailed);
+        let started = started
+            .and_then(|()| crate::net::control::spawn_reader(reader, events.clone(), Event::Ctrl, Event::CtrlFailed).map_err(|e| crate::threads::refused(Side::Destination, "tern-control", &e)));
         let (fin_tx, fin_rx) = unbounded();
-        let finalizer = {
+        let finalizer = started.and_then(|()| {
             let ev = events.clone();
             let fsync = !p.options.fsync_none();
             let verify_full = p.options.verify_full();
             let chunk = p.options.chunk_size;
-            thread::spawn(move || finalizer(fin_rx, ev, fsync, verify_full, chunk))
-        };
+            crate::threads::spawn_or_refuse(Side::Destination, "tern-finalize", move || finalizer(fin_rx, ev, fsync, verify_full, chunk))
+        });
+        let finalizer = finalizer.map_err(|e| crate::driver::could_not_start(&writer, &closers, e))?;
         let mut ctx = Ctx {
             p: &p,
             machine: decide::Receiver::new(decide::Window { bytes: p.window_bytes, files: p.window_files, held: p.window_held.min(p.window_files) }, p.options.chunk_size),
@@ -426,7 +432,7 @@ impl TransferError {
     }
 }
 
-fn main_loop(ctx: &mut Ctx, rx: &Receiver<Event>, spawn: &mut dyn FnMut(DataConn)) -> Result<Summary, TransferError> {
+fn main_loop(ctx: &mut Ctx, rx: &Receiver<Event>, spawn: &mut dyn FnMut(DataConn) -> Result<(), TransferError>) -> Result<Summary, TransferError> {
     loop {
         let ev = match rx.recv_timeout(Duration::from_millis(50)) {
             Ok(ev) => Some(ev),
@@ -485,9 +491,9 @@ fn await_bye(ctx: &mut Ctx, rx: &Receiver<Event>) -> Result<Summary, TransferErr
     Ok(ctx.summary)
 }
 
-fn handle(ctx: &mut Ctx, ev: Event, spawn: &mut dyn FnMut(DataConn)) -> Result<(), TransferError> {
+fn handle(ctx: &mut Ctx, ev: Event, spawn: &mut dyn FnMut(DataConn) -> Result<(), TransferError>) -> Result<(), TransferError> {
     match ev {
-        Event::NewStream(conn) => spawn(conn),
+        Event::NewStream(conn) => spawn(conn)?,
         Event::CtrlFailed(e) | Event::StreamFailed(e) => return Err(e),
         Event::StreamCorrupt { index, seq, why, skipped } => stream_corrupt(ctx, index, seq, why, skipped)?,
         Event::Ctrl(msg) => match msg {
@@ -588,7 +594,8 @@ fn stream_corrupt(ctx: &mut Ctx, index: u32, seq: u64, why: String, skipped: boo
     if let Some(reopen) = r.reopen.clone() {
         let (i, events) = (r.next_index, r.events.clone());
         r.next_index += 1;
-        thread::spawn(move || match reopen(i) {
+        // Without a thread for it, the session goes on with one stream fewer.
+        let reopened = crate::threads::spawn("tern-reopen", move || match reopen(i) {
             Ok(c) => {
                 let _ = events.send(Event::NewStream(c));
             }
@@ -596,6 +603,9 @@ fn stream_corrupt(ctx: &mut Ctx, index: u32, seq: u64, why: String, skipped: boo
                 let _ = events.send(Event::StreamFailed(e));
             }
         });
+        if let Err(e) = reopened {
+            tracing::warn!("data stream {i} not replaced: {}", err_text(&e));
+        }
     }
     Ok(())
 }

@@ -266,17 +266,25 @@ impl Sending {
             let log = Arc::new(StreamLog { state: Mutex::default(), changed: Condvar::new(), closer: conn.closer.clone() });
             logs.lock().unwrap().insert(conn.index, log.clone());
             let (rx, ev, rate) = (work_rx.clone(), events.clone(), p.rate.clone());
+            workers.push(crate::threads::spawn_or_refuse(Side::Source, "tern-send", move || send_worker(conn, rx, ev, chunk_size, rate, log, resets))?);
             p.progress.streams.fetch_add(1, Relaxed);
-            workers.push(thread::spawn(move || send_worker(conn, rx, ev, chunk_size, rate, log, resets)));
+            Ok::<_, TransferError>(())
         };
+        let mut started = Ok(());
         for conn in streams {
-            spawn_worker(conn, &mut closers, &mut workers);
+            if started.is_ok() {
+                started = spawn_worker(conn, &mut closers, &mut workers);
+            }
         }
-        crate::net::control::spawn_reader(reader, events.clone(), Event::Ctrl, Event::CtrlFailed);
-        {
+        let started =
+            started.and_then(|()| crate::net::control::spawn_reader(reader, events.clone(), Event::Ctrl, Event::CtrlFailed).map_err(|e| crate::threads::refused(Side::Source, "tern-control", &e)));
+        let started = started.and_then(|()| {
             let job = WalkJob { sources: p.sources.clone(), opts: p.options, filter: p.filter.clone(), list: p.list.clone(), stripe: p.stripe.clone(), ahead: ahead.clone() };
             let (ev, w, memory) = (events.clone(), writer.clone(), p.memory.clone());
-            thread::spawn(move || walker(ev, w, memory, job));
+            crate::threads::spawn_or_refuse(Side::Source, "tern-walk", move || walker(ev, w, memory, job))
+        });
+        if let Err(e) = started {
+            return Err(crate::driver::could_not_start(&writer, &closers, e));
         }
 
         let repair = Repair { resets, reopen, logs: logs.clone(), events: events.clone(), next_index: REPLACEMENT_INDEX };
@@ -331,7 +339,15 @@ struct Driver<'a> {
     summary: Option<Summary>,
 }
 
-fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: &SenderParams, repair: Repair, ahead: &Ahead, spawn: &mut dyn FnMut(DataConn)) -> Result<Summary, TransferError> {
+fn self_loop(
+    rx: &Receiver<Event>,
+    writer: &CtrlWriter,
+    work: &Sender<Work>,
+    p: &SenderParams,
+    repair: Repair,
+    ahead: &Ahead,
+    spawn: &mut dyn FnMut(DataConn) -> Result<(), TransferError>,
+) -> Result<Summary, TransferError> {
     let machine = Machine::new(p.options.chunk_size, MAX_FILES_AHEAD);
     let mut d = Driver { machine, writer, work, p, repair, next_id: 0, summary: None };
     loop {
@@ -340,7 +356,7 @@ fn self_loop(rx: &Receiver<Event>, writer: &CtrlWriter, work: &Sender<Work>, p: 
             return Err(TransferError::network("sender: all workers stopped"));
         };
         match ev {
-            Event::NewStream(conn) => spawn(conn),
+            Event::NewStream(conn) => spawn(conn)?,
             ev => d.handle(ev)?,
         }
         if let Some(summary) = d.drive()? {
@@ -460,7 +476,8 @@ impl Driver<'_> {
                 if let Some(reopen) = self.repair.reopen.clone() {
                     let (i, events) = (self.repair.next_index, self.repair.events.clone());
                     self.repair.next_index += 1;
-                    thread::spawn(move || match reopen(i) {
+                    // Without a thread for it, the session goes on with one stream fewer.
+                    let reopened = crate::threads::spawn("tern-reopen", move || match reopen(i) {
                         Ok(c) => {
                             let _ = events.send(Event::NewStream(c));
                         }
@@ -468,6 +485,9 @@ impl Driver<'_> {
                             let _ = events.send(Event::StreamFailed(e));
                         }
                     });
+                    if let Err(e) = reopened {
+                        tracing::warn!("data stream {i} not replaced: {}", crate::error::err_text(&e));
+                    }
                 }
             }
             Control::FileDone(ids) => {

@@ -94,9 +94,10 @@ impl CtrlWriter {
 
 /// Forwards every control message into an event channel from its own thread, so a side's main
 /// loop waits on one channel for both control messages and data-stream events. Stops after
-/// `Bye`, at the first error (reported once), or when the main loop is gone.
-pub fn spawn_reader<E: Send + 'static>(mut reader: CtrlReader, events: crossbeam_channel::Sender<E>, msg: fn(Control) -> E, fail: fn(TransferError) -> E) {
-    std::thread::spawn(move || {
+/// `Bye`, at the first error (reported once), or when the main loop is gone. Err: no thread
+/// could be started for it (`crate::threads`).
+pub fn spawn_reader<E: Send + 'static>(mut reader: CtrlReader, events: crossbeam_channel::Sender<E>, msg: fn(Control) -> E, fail: fn(TransferError) -> E) -> std::io::Result<()> {
+    crate::threads::spawn("tern-control", move || {
         loop {
             match reader.recv() {
                 Ok(m) => {
@@ -111,7 +112,8 @@ pub fn spawn_reader<E: Send + 'static>(mut reader: CtrlReader, events: crossbeam
                 }
             }
         }
-    });
+    })?;
+    Ok(())
 }
 
 /// What the peer's message stream says next, for `prefer_peer_fatal`.

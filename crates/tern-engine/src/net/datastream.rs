@@ -2,7 +2,6 @@
 
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::thread;
 use std::time::Duration;
 
 use crossbeam_channel::Sender;
@@ -199,7 +198,9 @@ pub(crate) fn accept_data_streams(listener: TcpListener, tx: Sender<PendingStrea
         let Ok(peer) = sock.peer_addr() else { continue };
         let Admit::Yes(mut conn) = gate.admit(&sock, peer) else { continue };
         let tx = tx.clone();
-        thread::spawn(move || {
+        // Without a thread, the connection is closed: the client opens another or goes on
+        // with fewer streams.
+        let _ = crate::threads::spawn("tern-hello", move || {
             let mut kind = [0u8; 1];
             if (&sock).read_exact(&mut kind).is_ok()
                 && let Ok(p) = accept_stream(sock, kind[0])

@@ -64,14 +64,17 @@ fn run_local(cmd: &str, unit: &Path) -> (i32, String) {
     };
     // Both pipes are read to the end so a chatty hook cannot block on a full pipe.
     let mut err = child.stderr.take().unwrap();
-    let errs = std::thread::spawn(move || {
+    // Without a thread for it, stderr is closed unread (the hook's writes there fail) rather
+    // than read after stdout, which a full stderr pipe would block forever.
+    let errs = crate::threads::spawn("tern-hook-err", move || {
         let mut b = Vec::new();
         let _ = err.read_to_end(&mut b);
         b
-    });
+    })
+    .ok();
     let mut out = Vec::new();
     let _ = child.stdout.take().unwrap().read_to_end(&mut out);
-    out.extend(errs.join().unwrap_or_default());
+    out.extend(errs.and_then(|h| h.join().ok()).unwrap_or_default());
     let status = child.wait().ok().and_then(|s| s.code()).unwrap_or(-1);
     let text = String::from_utf8_lossy(&out);
     let tail = &text[text.len().saturating_sub(tern_proto::limits::MAX_MESSAGE)..];

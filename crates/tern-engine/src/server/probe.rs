@@ -134,10 +134,11 @@ pub(crate) fn serve(reader: &mut CtrlReader, writer: &CtrlWriter, streams: Recei
     let _closed = Defer(closers.clone());
     {
         let closers = closers.clone();
-        thread::spawn(move || {
+        crate::threads::spawn("tern-test-stale", move || {
             thread::sleep(STALE);
             closers.close_all();
-        });
+        })
+        .map_err(|e| crate::threads::refused(Side::Destination, "tern-test-stale", &e))?;
     }
     // Bounds the decoder already checked, checked again where they are used.
     let (n, chunk) = (req.streams.min(MAX_TEST_STREAMS), req.chunk_size);
@@ -150,7 +151,7 @@ pub(crate) fn serve(reader: &mut CtrlReader, writer: &CtrlWriter, streams: Recei
     let lanes: Arc<Mutex<Vec<Lane>>> = Arc::default();
     {
         let (arrived, lanes, closers) = (arrived.clone(), lanes.clone(), closers.clone());
-        thread::spawn(move || {
+        crate::threads::spawn("tern-test-join", move || {
             let mut joined = 0u16;
             // The session's feed closes when it ends; a client bringing more than it asked for
             // gets them dropped.
@@ -160,7 +161,8 @@ pub(crate) fn serve(reader: &mut CtrlReader, writer: &CtrlWriter, streams: Recei
                 }
                 joined += 1;
                 let (auth, arrived, lanes, closers) = (auth.clone(), arrived.clone(), lanes.clone(), closers.clone());
-                thread::spawn(move || match p.finish(&auth) {
+                // Without a thread, one stream fewer in the test.
+                let _ = crate::threads::spawn("tern-test-stream", move || match p.finish(&auth) {
                     Ok(c) => {
                         closers.add(c.closer.clone());
                         if pull {
@@ -172,7 +174,8 @@ pub(crate) fn serve(reader: &mut CtrlReader, writer: &CtrlWriter, streams: Recei
                     Err(e) => tracing::debug!("path test: data stream: {e}"),
                 });
             }
-        });
+        })
+        .map_err(|e| crate::threads::refused(Side::Destination, "tern-test-join", &e))?;
     }
     let mut steps = 0usize;
     // The CPU time this process used in the last carry's measured window (`TestWhat::Cpu`).
@@ -266,11 +269,11 @@ pub fn loopback() -> Result<Connected, TransferError> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(crate::net::control::net_err)?;
     let addr = listener.local_addr().map_err(crate::net::control::net_err)?.to_string();
     let (tx, rx) = crossbeam_channel::bounded(64);
-    thread::spawn(move || crate::net::datastream::accept_data_streams(listener, tx));
+    crate::threads::spawn_or_refuse(Side::Network, "tern-listen", move || crate::net::datastream::accept_data_streams(listener, tx))?;
     let secret = random::<32>();
     let key = tern_proto::auth::token_key(&secret);
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-    let server = thread::spawn(move || {
+    let server = crate::threads::spawn_or_refuse(Side::Destination, "tern-test-server", move || {
         let Ok(halves) = crate::net::transport::ControlHalves::from_unix(theirs) else { return };
         let hooks = crate::server::hook::Hooks::default();
         let roots = crate::store::roots::Roots::Home(cwd);
@@ -289,7 +292,7 @@ pub fn loopback() -> Result<Connected, TransferError> {
         if let Err(e) = crate::server::session::serve_session(halves, rx, served) {
             tracing::debug!("loopback path test server: {e}");
         }
-    });
+    })?;
     let halves = crate::net::transport::ControlHalves::from_unix(ours).map_err(crate::net::control::net_err)?;
     let mut reader = CtrlReader::new(halves.reader);
     let writer = CtrlWriter::new(halves.writer);

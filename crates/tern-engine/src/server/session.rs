@@ -184,8 +184,9 @@ pub fn serve_session(halves: ControlHalves, streams: Receiver<PendingStream>, se
     // could open a replacement and the last reset would leave the session without streams.
     let resets = client_features & tern_proto::msg::FEATURE_STREAM_RESET != 0 && !options.third_party() && reverse_to.is_none();
     let forward = move |feed: Box<dyn Fn(DataConn) + Send + Sync>, fail: Box<dyn Fn(TransferError) + Send + Sync>| {
-        thread::spawn(move || {
-            let (feed, fail) = (Arc::new(feed), Arc::new(fail));
+        let (feed, fail): (Arc<dyn Fn(DataConn) + Send + Sync>, Arc<dyn Fn(TransferError) + Send + Sync>) = (Arc::from(feed), Arc::from(fail));
+        let failing = fail.clone();
+        let started = crate::threads::spawn("tern-streams", move || {
             let joined = Arc::new(std::sync::atomic::AtomicBool::new(!expect_client_streams));
             let started = std::time::Instant::now();
             loop {
@@ -201,8 +202,8 @@ pub fn serve_session(halves: ControlHalves, streams: Receiver<PendingStream>, se
                     Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
                 };
                 // Each finish waits a round trip for the connector's go-ahead: not in line.
-                let (auth, feed, fail, joined) = (auth.clone(), feed.clone(), fail.clone(), joined.clone());
-                thread::spawn(move || match pending.finish(&auth) {
+                let (auth, feed, fail, joined, refused) = (auth.clone(), feed.clone(), fail.clone(), joined.clone(), fail.clone());
+                let started = crate::threads::spawn("tern-stream", move || match pending.finish(&auth) {
                     Ok(c) => {
                         joined.store(true, Relaxed);
                         feed(c);
@@ -210,8 +211,14 @@ pub fn serve_session(halves: ControlHalves, streams: Receiver<PendingStream>, se
                     // It named this session, so it is the client's (or someone in the middle).
                     Err(e) => fail(TransferError::network(format!("data stream: {e}"))),
                 });
+                if let Err(e) = started {
+                    refused(crate::threads::refused(Side::Destination, "tern-stream", &e));
+                }
             }
         });
+        if let Err(e) = started {
+            failing(crate::threads::refused(Side::Destination, "tern-streams", &e));
+        }
     };
     match role {
         Role::Sender => {
@@ -337,8 +344,8 @@ fn dial_peer(addrs: &[SocketAddr], shown: &str, auth: &StreamAuth, n: u16) -> Re
 fn first_stream(addrs: &[SocketAddr], auth: &StreamAuth, deadline: Instant) -> Result<(DataConn, SocketAddr), String> {
     let (tx, rx) = crossbeam_channel::bounded(1);
     let held: Arc<Mutex<Option<TcpStream>>> = Arc::default();
-    let (addrs, auth2, held2) = (addrs.iter().take(4).copied().collect::<Vec<_>>(), auth.clone(), held.clone());
-    thread::spawn(move || {
+    let (addrs, auth2, held2, refused) = (addrs.iter().take(4).copied().collect::<Vec<_>>(), auth.clone(), held.clone(), tx.clone());
+    let started = crate::threads::spawn("tern-dial", move || {
         let r = (|| {
             let sock = crate::net::transport::connect_any(&addrs)?;
             let peer = sock.peer_addr()?;
@@ -347,6 +354,9 @@ fn first_stream(addrs: &[SocketAddr], auth: &StreamAuth, deadline: Instant) -> R
         })();
         let _ = tx.send(r.map_err(|e: std::io::Error| e.to_string()));
     });
+    if let Err(e) = started {
+        let _ = refused.send(Err(crate::threads::refused(Side::Network, "tern-dial", &e).message));
+    }
     let wait = deadline.saturating_duration_since(Instant::now());
     match rx.recv_timeout(wait) {
         Ok(r) => r,
@@ -444,7 +454,8 @@ pub fn serve_daemon(listener: TcpListener, roots: Roots, secret: Vec<u8>, hooks:
             Admit::Yes(c) => c,
             Admit::Busy(why) => {
                 if let Some(slot) = gate.refusal_slot() {
-                    thread::spawn(move || {
+                    // Without a thread, the connection is just closed.
+                    let _ = crate::threads::spawn("tern-refuse", move || {
                         refuse_busy(sock, &why);
                         drop(slot);
                     });
@@ -453,7 +464,7 @@ pub fn serve_daemon(listener: TcpListener, roots: Roots, secret: Vec<u8>, hooks:
             }
         };
         let (registry, roots, hooks, policy) = (registry.clone(), roots.clone(), hooks.clone(), policy.clone());
-        let spawned = thread::Builder::new().spawn(move || {
+        let spawned = crate::threads::spawn("tern-conn", move || {
             if let Err(e) = daemon_connection(sock, peer, conn, &registry, &roots, &key, &hooks, policy, links_out) {
                 tracing::debug!("{peer}: {e}");
             }
@@ -570,7 +581,7 @@ pub fn serve_remote(port_range: Option<(u16, u16)>, reverse_port: Option<u16>) -
         None => {
             let listener = bind_range(port_range).map_err(|e| TransferError::fatal(Side::Network, format!("cannot listen for data streams: {e} (choose another --port-range)")))?;
             let port = listener.local_addr().map_err(crate::net::control::net_err)?.port();
-            thread::spawn(move || accept_data_streams(listener, tx));
+            crate::threads::spawn_or_refuse(Side::Network, "tern-listen", move || accept_data_streams(listener, tx))?;
             (Some(bracket(ssh_field(2), port)), None)
         }
     };
