@@ -184,7 +184,8 @@ pub fn serve_session(halves: ControlHalves, streams: Receiver<PendingStream>, se
     // could open a replacement and the last reset would leave the session without streams.
     let resets = client_features & tern_proto::msg::FEATURE_STREAM_RESET != 0 && !options.third_party() && reverse_to.is_none();
     let forward = move |feed: Box<dyn Fn(DataConn) + Send + Sync>, fail: Box<dyn Fn(TransferError) + Send + Sync>| {
-        let (feed, fail): (Arc<dyn Fn(DataConn) + Send + Sync>, Arc<dyn Fn(TransferError) + Send + Sync>) = (Arc::from(feed), Arc::from(fail));
+        let feed: Arc<dyn Fn(DataConn) + Send + Sync> = Arc::from(feed);
+        let fail: Arc<dyn Fn(TransferError) + Send + Sync> = Arc::from(fail);
         let failing = fail.clone();
         let started = crate::threads::spawn("tern-streams", move || {
             let joined = Arc::new(std::sync::atomic::AtomicBool::new(!expect_client_streams));
