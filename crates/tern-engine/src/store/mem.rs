@@ -72,7 +72,7 @@ struct PartData {
 }
 
 pub(super) fn err(kind: Kind, errno: i32, message: &str) -> StoreError {
-    StoreError { kind, errno: Some(errno), message: message.into() }
+    StoreError { kind, errno: Some(errno), message: message.into(), what: None }
 }
 
 pub(super) fn components(path: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
@@ -456,7 +456,7 @@ impl Part for MemPart {
                 return Err(StoreError::new(Kind::Other, "publish before finish"));
             }
             if let Some(Node::Dir { .. }) = st.nodes.get(&self.key) {
-                return Err(StoreError { kind: Kind::Conflict, errno: Some(libc::EISDIR), message: "a directory stands under the final name; nothing was renamed into place".into() });
+                return Err(StoreError { kind: Kind::Conflict, errno: Some(libc::EISDIR), message: "a directory stands under the final name; nothing was renamed into place".into(), what: None });
             }
             let p = st.parts.remove(&self.key).unwrap();
             if p.data.dirty {

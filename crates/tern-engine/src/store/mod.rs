@@ -78,6 +78,8 @@ pub(crate) enum Kind {
     Conflict,
     /// A source file is not the version listed: it ended early (shrank) while it was read.
     Changed,
+    /// What storage returns is not what was written (`--verify full`'s re-read).
+    Corrupt,
     Other,
 }
 
@@ -90,6 +92,7 @@ impl Kind {
             Self::NoSpace => ErrorKind::NoSpace,
             Self::ResourceLimit => ErrorKind::ResourceLimit,
             Self::PermissionDenied => ErrorKind::PermissionDenied,
+            Self::Corrupt => ErrorKind::WholeFileMismatch,
             Self::Refused | Self::Conflict | Self::Changed | Self::Other => ErrorKind::Other,
         }
     }
@@ -110,17 +113,42 @@ impl Kind {
 }
 
 /// A store's error: its kind, the OS error where there was one (so the engine's hints, which go
-/// by errno, still apply), and words for people.
+/// by errno, still apply), words for people, and what the store was doing when it failed.
 #[derive(Debug)]
 pub(crate) struct StoreError {
     pub(crate) kind: Kind,
     pub(crate) errno: Option<i32>,
     pub(crate) message: String,
+    /// The step that failed ("cannot create temporary file", "write failed"), where the store
+    /// says; it names the failure in messages in place of the caller's words.
+    pub(crate) what: Option<&'static str>,
 }
 
 impl StoreError {
     pub(crate) fn new(kind: Kind, message: impl Into<String>) -> Self {
-        Self { kind, errno: None, message: message.into() }
+        Self { kind, errno: None, message: message.into(), what: None }
+    }
+
+    /// The same error, naming the step that failed (unless a deeper step named itself).
+    pub(crate) fn doing(mut self, what: &'static str) -> Self {
+        self.what.get_or_insert(what);
+        self
+    }
+
+    /// The engine's error kind: by errno where there is one (as `TransferError::io` judges it).
+    pub(crate) fn error_kind(&self) -> ErrorKind {
+        match self.errno {
+            Some(errno) => ErrorKind::of_io(&io::Error::from_raw_os_error(errno)),
+            None => self.kind.error_kind(),
+        }
+    }
+
+    /// "step: message", or the message alone where no step is named.
+    pub(crate) fn described(&self) -> String {
+        match self.what {
+            Some(what) => format!("{what}: {}", self.message),
+            None => self.message.clone(),
+        }
     }
 
     pub(crate) fn refused(message: impl Into<String>) -> Self {
@@ -129,11 +157,13 @@ impl StoreError {
 
     pub(crate) fn errno(errno: i32) -> Self {
         let err = io::Error::from_raw_os_error(errno);
-        Self { kind: Kind::of_errno(errno), errno: Some(errno), message: crate::error::err_text(&err) }
+        Self { kind: Kind::of_errno(errno), errno: Some(errno), message: crate::error::err_text(&err), what: None }
     }
 
-    /// A file-level `TransferError` naming `path` and what was being done.
+    /// A file-level `TransferError` naming `path` and what was being done (the step the store
+    /// named, if it did).
     pub(crate) fn to_transfer(&self, side: Side, path: impl Into<String>, what: &str) -> TransferError {
+        let what = self.what.unwrap_or(what);
         match self.errno {
             Some(errno) => TransferError::io(side, path, what, &io::Error::from_raw_os_error(errno)),
             None => TransferError::file(side, path, format!("{what}: {}", self.message)).with_kind(self.kind.error_kind()),
