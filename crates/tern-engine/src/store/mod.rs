@@ -13,13 +13,11 @@
 //! `..` component; the empty path is the store's root. Every operation refuses anything else and
 //! confines what it resolves beneath the root (a symlink out is refused, never followed).
 //!
-//! Used so far: `--delete` and its dry-run plan, symlinks and directory metadata
-//! (`driver/receiver.rs: finish`), `tern rm` (`fs_request.rs`). Partial files (`open_part`,
-//! `Part`) are still written by the receiver with its own descriptors (lazily opened
-//! temporaries, its directory cache), through the pieces `PosixPart` is made of too
-//! (`rehash_claimed` here; `posix::{write_chunk, start_writeback, seal_durable,
-//! join_shared_part, reread_hash, still_holds}`); until it moves onto `Part`, only the tests call `open_part` and `Part`.
-#![cfg_attr(not(test), allow(dead_code, reason = "the receiver's part writing moves onto `Part` next (issue 13); the conformance tests use all of it"))]
+//! Used by the receiver (`driver/receiver.rs`): every partial file (`open_part`, `Part`, and
+//! `PosixPart`'s own `write_whole` and `finish_verified` for the one-chunk and `--verify full`
+//! paths), the batch's `barrier`, `--delete` and its dry-run plan, symlinks and directory
+//! metadata; and by `tern rm` (`fs_request.rs`).
+#![cfg_attr(not(test), allow(dead_code, reason = "what only the tests and the stores to come use yet (features, stat, mkdir_all, read_at, Part::finish)"))]
 
 use std::collections::HashSet;
 use std::fmt;
