@@ -13,11 +13,10 @@
 //! `..` component; the empty path is the store's root. Every operation refuses anything else and
 //! confines what it resolves beneath the root (a symlink out is refused, never followed).
 //!
-//! Used by the receiver (`driver/receiver.rs`): every partial file (`open_part`, `Part`, and
-//! `PosixPart`'s own `write_whole` and `finish_verified` for the one-chunk and `--verify full`
-//! paths), the batch's `barrier`, `--delete` and its dry-run plan, symlinks and directory
+//! Used by the receiver (`driver/receiver.rs`): every partial file (`open_part`, `Part`), the
+//! finalizer's `barrier` (one per batch), `--delete` and its dry-run plan, symlinks and directory
 //! metadata; and by `tern rm` (`fs_request.rs`).
-#![cfg_attr(not(test), allow(dead_code, reason = "what only the tests and the stores to come use yet (features, stat, mkdir_all, read_at, Part::finish)"))]
+#![cfg_attr(not(test), allow(dead_code, reason = "what only the tests and the stores to come use yet: Features, Sink::{features, stat, mkdir_all}, Part::{read_at, finish}, Source::display"))]
 
 use std::collections::HashSet;
 use std::fmt;
@@ -368,9 +367,25 @@ pub(crate) trait Part: Send + Sync {
     /// a lost seal costs only the re-read.
     fn seal(&self, first: u64, end: u64, stripe_hash: &[u8; 32]) -> Result<()>;
 
+    /// A part of one chunk written all at once (`data` is the whole file, offset 0), holding
+    /// nothing afterwards: as `write_at`, and the store may do at once what `finish` would
+    /// (the length; the metadata, given `meta`), so a part waiting for its batch keeps no
+    /// resource open (POSIX: the temporary is opened, written and closed here, and a tree of
+    /// small files in flight is not bounded by the descriptor limit). `finish` is given the
+    /// same `meta` (or, without it here, sets its own).
+    fn write_whole(&self, data: &[u8], meta: Option<&Meta>) -> Result<()>;
+
     /// Every chunk is written: sets the length (the spec's size) and `meta`, and checks that the
     /// partial file is still the one written (nothing replaced it meanwhile).
-    fn finish(&self, meta: &Meta) -> Result<()>;
+    fn finish(&self, meta: &Meta) -> Result<()> {
+        self.finish_verified(meta, None)
+    }
+
+    /// `finish`, and with `verify` (`--verify full`) the part read back from storage, not from
+    /// a cache, after the length is set and before the metadata (a mode without read
+    /// permission may refuse a read): its whole-file hash (`tern_proto::chunk::file_hash` of
+    /// its chunks) must be `verify`, else [`Kind::Corrupt`] and nothing is finished.
+    fn finish_verified(&self, meta: &Meta, verify: Option<&[u8; 32]>) -> Result<()>;
 
     /// Makes the finished part `rel`, in one step, replacing a file or link there; a directory
     /// there is [`Kind::Conflict`] and nothing changes (the part stays, to abandon). The store's

@@ -419,78 +419,6 @@ impl PosixPart {
         Ok(())
     }
 
-    /// A part of one chunk, all of it at once, holding no descriptor afterwards (a tree of small
-    /// files in flight is not bounded by the descriptor limit): opens the temporary, writes
-    /// `data` (the whole file), sets the length and, given `meta`, the metadata, starts the
-    /// writeback (write-behind), remembers which file it wrote, and closes it. `finish` then
-    /// needs no descriptor (unless it re-reads, or sets metadata not set here). Errors name
-    /// the step that failed.
-    pub(crate) fn write_whole(&self, data: &[u8], meta: Option<&Meta>) -> Result<()> {
-        self.live()?;
-        debug_assert_eq!(data.len() as u64, self.size);
-        let dir = self.dir().map_err(|e| e.doing("cannot open the directory"))?;
-        // Out of descriptors, the stream waits for files in flight to land and give theirs back.
-        let file = fsops::waiting_for_descriptors(|| fsops::open_temp(&*dir, &self.tmp)).map_err(doing("cannot create temporary file"))?;
-        // Its writeback is started below, once length and metadata are set too.
-        let end = write_chunk(&file, data, 0, self.fresh, false).map_err(doing("write failed"))?;
-        // A trailing hole, or a longer stale temporary.
-        if end != self.size || !self.fresh {
-            file.set_len(self.size).map_err(doing("cannot set length"))?;
-        }
-        if let Some(meta) = meta {
-            fsops::set_meta(&file, meta.mode, meta.mtime).map_err(doing("cannot set mode/mtime"))?;
-            self.meta_applied.store(true, Relaxed);
-        }
-        if self.write_behind {
-            // Asynchronous: queues the file for writeback and returns (no wait).
-            start_writeback(&file, 0, 0);
-        }
-        let st = rustix::fs::fstat(&file).map_err(doing("cannot stat"))?;
-        self.written_end.fetch_max(end, Relaxed);
-        let _ = self.written.set((st.st_dev, st.st_ino));
-        Ok(())
-    }
-
-    /// [`Part::finish`], and with `verify` (`--verify full`) a re-read from storage between the
-    /// length and the metadata (a mode without read permission would refuse a re-read's open):
-    /// what storage returns must add up to that whole-file hash, else [`Kind::Corrupt`].
-    pub(crate) fn finish_verified(&self, meta: &Meta, verify: Option<&[u8; 32]>) -> Result<()> {
-        self.live()?;
-        if let Some(&written) = self.written.get() {
-            // Written whole and closed: opened again (by name beneath its directory, never
-            // through a link) only to re-read it or to set what `write_whole` did not.
-            let pending = !self.meta_applied.load(Relaxed) && (meta.mode.is_some() || meta.mtime.is_some());
-            if verify.is_some() || pending {
-                let dir = self.dir().map_err(|e| e.doing("cannot open the directory"))?;
-                let file = fsops::waiting_for_descriptors(|| fsops::open_read(&*dir, &self.tmp)).map_err(doing(if verify.is_some() { "cannot re-read for verification" } else { "cannot open" }))?;
-                let st = rustix::fs::fstat(&file).map_err(doing("cannot stat"))?;
-                if (st.st_dev, st.st_ino) != written {
-                    return Err(StoreError::new(Kind::Other, REPLACED));
-                }
-                if let Some(expected) = verify {
-                    self.reread_matches(&file, expected)?;
-                }
-                fsops::set_meta(&file, meta.mode, meta.mtime).map_err(doing("cannot set mode/mtime"))?;
-            }
-            self.check_still_holds(written)?;
-        } else {
-            let file = self.file()?;
-            // A fresh file whose last byte was written already has its length; otherwise a hole
-            // at the end, or a longer stale temporary, needs the truncate.
-            if !(self.fresh && self.written_end.load(Relaxed) == self.size) {
-                file.set_len(self.size).map_err(doing("cannot set length"))?;
-            }
-            if let Some(expected) = verify {
-                self.reread_matches(file, expected)?;
-            }
-            fsops::set_meta(file, meta.mode, meta.mtime).map_err(doing("cannot set mode/mtime"))?;
-            let written = rustix::fs::fstat(file).map_err(doing("cannot stat"))?;
-            self.check_still_holds((written.st_dev, written.st_ino))?;
-        }
-        self.finished.store(true, Relaxed);
-        Ok(())
-    }
-
     /// What publish will move must be the file that was written: if anything else took the
     /// temporary's name meanwhile, land nothing.
     fn check_still_holds(&self, written: (u64, u64)) -> Result<()> {
@@ -562,8 +490,71 @@ impl Part for PosixPart {
         }
     }
 
-    fn finish(&self, meta: &Meta) -> Result<()> {
-        self.finish_verified(meta, None)
+    /// Opens the temporary, writes, sets the length and (given `meta`) the metadata, starts the
+    /// writeback (write-behind), remembers which file it wrote, and closes it: `finish` then
+    /// needs no descriptor (unless it re-reads, or sets metadata not set here).
+    fn write_whole(&self, data: &[u8], meta: Option<&Meta>) -> Result<()> {
+        self.live()?;
+        debug_assert_eq!(data.len() as u64, self.size);
+        let dir = self.dir().map_err(|e| e.doing("cannot open the directory"))?;
+        // Out of descriptors, the stream waits for files in flight to land and give theirs back.
+        let file = fsops::waiting_for_descriptors(|| fsops::open_temp(&*dir, &self.tmp)).map_err(doing("cannot create temporary file"))?;
+        // Its writeback is started below, once length and metadata are set too.
+        let end = write_chunk(&file, data, 0, self.fresh, false).map_err(doing("write failed"))?;
+        // A trailing hole, or a longer stale temporary.
+        if end != self.size || !self.fresh {
+            file.set_len(self.size).map_err(doing("cannot set length"))?;
+        }
+        if let Some(meta) = meta {
+            fsops::set_meta(&file, meta.mode, meta.mtime).map_err(doing("cannot set mode/mtime"))?;
+            self.meta_applied.store(true, Relaxed);
+        }
+        if self.write_behind {
+            // Asynchronous: queues the file for writeback and returns (no wait).
+            start_writeback(&file, 0, 0);
+        }
+        let st = rustix::fs::fstat(&file).map_err(doing("cannot stat"))?;
+        self.written_end.fetch_max(end, Relaxed);
+        let _ = self.written.set((st.st_dev, st.st_ino));
+        Ok(())
+    }
+
+    /// The re-read flushes the temporary and drops its cached pages first (`reread_hash`).
+    fn finish_verified(&self, meta: &Meta, verify: Option<&[u8; 32]>) -> Result<()> {
+        self.live()?;
+        if let Some(&written) = self.written.get() {
+            // Written whole and closed: opened again (by name beneath its directory, never
+            // through a link) only to re-read it or to set what `write_whole` did not.
+            let pending = !self.meta_applied.load(Relaxed) && (meta.mode.is_some() || meta.mtime.is_some());
+            if verify.is_some() || pending {
+                let dir = self.dir().map_err(|e| e.doing("cannot open the directory"))?;
+                let file = fsops::waiting_for_descriptors(|| fsops::open_read(&*dir, &self.tmp)).map_err(doing(if verify.is_some() { "cannot re-read for verification" } else { "cannot open" }))?;
+                let st = rustix::fs::fstat(&file).map_err(doing("cannot stat"))?;
+                if (st.st_dev, st.st_ino) != written {
+                    return Err(StoreError::new(Kind::Other, REPLACED));
+                }
+                if let Some(expected) = verify {
+                    self.reread_matches(&file, expected)?;
+                }
+                fsops::set_meta(&file, meta.mode, meta.mtime).map_err(doing("cannot set mode/mtime"))?;
+            }
+            self.check_still_holds(written)?;
+        } else {
+            let file = self.file()?;
+            // A fresh file whose last byte was written already has its length; otherwise a hole
+            // at the end, or a longer stale temporary, needs the truncate.
+            if !(self.fresh && self.written_end.load(Relaxed) == self.size) {
+                file.set_len(self.size).map_err(doing("cannot set length"))?;
+            }
+            if let Some(expected) = verify {
+                self.reread_matches(file, expected)?;
+            }
+            fsops::set_meta(file, meta.mode, meta.mtime).map_err(doing("cannot set mode/mtime"))?;
+            let written = rustix::fs::fstat(file).map_err(doing("cannot stat"))?;
+            self.check_still_holds((written.st_dev, written.st_ino))?;
+        }
+        self.finished.store(true, Relaxed);
+        Ok(())
     }
 
     fn publish(&self) -> Result<()> {
@@ -774,62 +765,20 @@ pub(crate) mod tests {
         }
     }
 
-    /// The whole-file hash `hashing::hash_file` gives `data`.
-    fn whole_hash(data: &[u8], chunk_size: u32) -> [u8; 32] {
-        let f = tempfile::tempfile().unwrap();
-        f.write_all_at(data, 0).unwrap();
-        crate::store::hashing::hash_file(&f, data.len() as u64, chunk_size).unwrap()
-    }
-
-    fn mode_of(h: &PosixHarness, rel: &str) -> u32 {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::metadata(h.root.join(rel)).unwrap().permissions().mode() & 0o7777
-    }
-
-    /// A one-chunk part written whole holds no descriptor afterwards; finish and publish need
-    /// none, and leave the metadata `write_whole` set (or set what it did not).
+    /// A one-chunk part written whole holds no descriptor afterwards; finish (metadata set at
+    /// the write) and publish open none. One whose temporary was replaced meanwhile (another
+    /// inode under its name) is not finished, nor published.
     #[test]
-    fn written_whole_a_part_holds_no_descriptor_and_publishes() {
+    fn written_whole_a_part_holds_no_descriptor() {
         let (s, h) = fixture_unconfined();
         let meta = Meta { mode: Some(0o640), mtime: Some((1_600_000_000, 7)) };
-        let (p, r) = s.open_part(b"a", &crate::store::conformance::spec(5, 64)).unwrap();
-        assert!(r.fresh && r.chunks.is_empty());
+        let (p, _) = s.open_part(b"a", &crate::store::conformance::spec(5, 64)).unwrap();
         p.write_whole(b"hello", Some(&meta)).unwrap();
         assert!(p.file.get().is_none(), "no descriptor kept");
         p.finish(&meta).unwrap();
         assert!(p.file.get().is_none(), "none opened by finish");
-        let mut back = [0u8; 5];
-        p.read_at(0, &mut back).unwrap();
-        assert_eq!(&back, b"hello");
         p.publish().unwrap();
         assert_eq!(h.read_file(b"a").as_deref(), Some(&b"hello"[..]));
-        assert_eq!(mode_of(&h, "a"), 0o640);
-        // Metadata left for later (--verify full) is set by finish, after the re-read.
-        let (p, _) = s.open_part(b"b", &crate::store::conformance::spec(3, 64)).unwrap();
-        p.write_whole(b"abc", None).unwrap();
-        p.finish_verified(&Meta { mode: Some(0o200), mtime: None }, Some(&whole_hash(b"abc", 64))).unwrap();
-        p.publish().unwrap();
-        assert_eq!(mode_of(&h, "b"), 0o200);
-    }
-
-    /// `--verify full`: a part whose storage returns other bytes than were written is refused
-    /// as corrupt, written whole or through a kept descriptor; one whose temporary was replaced
-    /// is refused as such.
-    #[test]
-    fn a_verified_finish_refuses_corrupt_or_replaced_data() {
-        let (s, h) = fixture_unconfined();
-        let data = b"0123456789abcdef";
-        let (p, _) = s.open_part(b"multi", &crate::store::conformance::spec(16, 4)).unwrap();
-        for i in 0..4u64 {
-            p.write_at(i * 4, &data[i as usize * 4..][..4]).unwrap();
-        }
-        h.corrupt_part(b"multi", 5, b"X");
-        let e = p.finish_verified(&Meta::default(), Some(&whole_hash(data, 4))).unwrap_err();
-        assert_eq!(e.kind, Kind::Corrupt, "{e}");
-        let (p, _) = s.open_part(b"one", &crate::store::conformance::spec(16, 64)).unwrap();
-        p.write_whole(data, None).unwrap();
-        h.corrupt_part(b"one", 0, b"X");
-        assert_eq!(p.finish_verified(&Meta::default(), Some(&whole_hash(data, 64))).unwrap_err().kind, Kind::Corrupt);
         let (p, _) = s.open_part(b"gone", &crate::store::conformance::spec(4, 64)).unwrap();
         p.write_whole(b"abcd", None).unwrap();
         let tag = Tag::of(&File::open(&h.root).unwrap()).unwrap();
@@ -837,8 +786,7 @@ pub(crate) mod tests {
         // Made while the written one still exists, so never its inode again.
         std::fs::write(h.root.join("other"), b"abcd").unwrap();
         std::fs::rename(h.root.join("other"), &tmp).unwrap();
-        let e = p.finish(&Meta::default()).unwrap_err();
-        assert_eq!(e.message, REPLACED);
+        assert_eq!(p.finish(&Meta::default()).unwrap_err().message, REPLACED);
         assert!(p.publish().is_err());
     }
 
