@@ -484,10 +484,20 @@ impl Part for PosixPart {
 
     fn seal(&self, first: u64, end: u64, stripe_hash: &[u8; 32]) -> Result<()> {
         self.live()?;
-        match &self.journal {
-            Some(j) => seal_durable(self.file()?, j, first, end, stripe_hash),
-            None => Err(StoreError::new(Kind::Other, "a part of one chunk keeps no journal to seal")),
-        }
+        let Some(journal) = &self.journal else {
+            return Err(StoreError::new(Kind::Other, "a part of one chunk keeps no journal to seal"));
+        };
+        // The temporary as written (all of a stripe's chunks resumed: opened now), never created
+        // here: a seal over a file that is not there would vouch for data nobody wrote.
+        let opened;
+        let file = match self.file.get() {
+            Some(Ok(f)) => f,
+            _ => {
+                opened = fsops::open_read(&*self.dir()?, &self.tmp)?;
+                &opened
+            }
+        };
+        seal_durable(file, journal, first, end, stripe_hash)
     }
 
     /// Opens the temporary, writes, sets the length and (given `meta`) the metadata, starts the
