@@ -2,13 +2,11 @@
 //! stream, and rename a file into place only once it is verified and durable.
 
 use std::collections::{HashMap, HashSet};
-use std::fs::File;
 use std::io::{BufReader, Read};
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, RwLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -29,12 +27,11 @@ use crate::net::control::{CtrlReader, CtrlWriter};
 use crate::net::datastream::DataConn;
 use crate::net::seal::TAG_LEN;
 use crate::progress::Progress;
-use crate::store::fsops::{self, Beneath, DestRoot, Dir, Tag};
+use crate::store::fsops::{self, Beneath, DestRoot, Dir};
 use crate::store::hashing::hash_file;
-use crate::store::journal::{Journal, JournalHeader};
 use crate::store::layout::{self, Layout};
-use crate::store::posix::{self, DirCache, PosixSink, REPLACED};
-use crate::store::{self, Sink as _};
+use crate::store::posix::{DirCache, PosixPart, PosixSink};
+use crate::store::{self, Part as _, Sink as _};
 
 /// Flow-control window of the receiver: wanted-but-unfinished bytes and files.
 pub const WINDOW_BYTES: u64 = 512 << 20;
@@ -104,34 +101,16 @@ pub struct ReceiverParams {
     pub allow_links_out: bool,
 }
 
-/// A file being written, shared with the stream workers. It holds no directory descriptor: it
-/// names its directory (`parent`, with the tag its temporary names came from) and takes the
-/// descriptor from the cache while it uses it.
-struct Sink {
-    dirs: Arc<DirCache>,
-    parent: Vec<u8>,
-    tag: Tag,
-    tmp: Vec<u8>,
-    final_name: Vec<u8>,
-    journal_name: Vec<u8>,
+/// A file being written, shared with the stream workers and the finalizer: its partial file in
+/// the store, and what the driver decides about it.
+struct InFlight {
+    part: PosixPart,
     size: u64,
     chunks: u64,
-    mode: Option<u32>,
-    mtime: Option<(i64, u32)>,
-    /// One chunk, `--verify full`: mode and mtime are set after the re-read, not when written
-    /// (a mode without read permission would refuse the re-read's open).
+    meta: store::Meta,
+    /// `--verify full`: a one-chunk file's mode and mtime are set after the re-read, not when
+    /// written (a mode without read permission would refuse the re-read's open).
     meta_late: bool,
-    /// The temporary did not exist before: all-zero chunks may be left as holes.
-    fresh: bool,
-    /// End of the furthest byte written: a fresh file that reached its size needs no truncate.
-    written_end: std::sync::atomic::AtomicU64,
-    /// More than one chunk: the temporary, opened on the first chunk and kept open while the
-    /// file is in flight; or why it could not be (errno, text).
-    file: OnceLock<Result<File, (Option<i32>, String)>>,
-    /// One chunk: the temporary was opened, written (length and metadata set) and closed when
-    /// the chunk arrived; its device and inode, for the check before the rename.
-    written: OnceLock<(u64, u64)>,
-    journal: Option<Journal>,
     /// Chunks written (or resumed) in this part, one bit each: a second copy of a chunk is
     /// never written over the first, so the bytes published are the bytes verified.
     claimed: Box<[AtomicU64]>,
@@ -140,7 +119,7 @@ struct Sink {
     stripe: std::ops::Range<u64>,
 }
 
-impl Sink {
+impl InFlight {
     /// `stripe`: of a stripe, the chunks it moves (empty: all of them); the others are taken
     /// from the start, so a chunk of another stripe that a peer sends is never written here.
     fn claimed_bits(chunks: u64, resumed: &[(u64, [u8; 32])], stripe: std::ops::Range<u64>) -> Box<[AtomicU64]> {
@@ -160,47 +139,9 @@ impl Sink {
     fn single(&self) -> bool {
         self.chunks <= 1
     }
-    /// The file's directory, the very one its temporary names were made for (beneath the root).
-    fn dir(&self) -> std::io::Result<Arc<Dir>> {
-        self.dirs.get_tagged(&self.parent, self.tag)
-    }
-    /// A one-chunk file's data: open its temporary, write, set length and metadata, start the
-    /// writeback (`write_behind`), record its identity, close. Err: what failed and the error.
-    fn write_whole(&self, data: &[u8], off: u64, write_behind: bool) -> Result<(), (&'static str, std::io::Error)> {
-        debug_assert!(self.single());
-        let dir = self.dir().map_err(|e| ("cannot open the directory", e))?;
-        // Out of descriptors, the stream waits for files in flight to land and give theirs back.
-        let file = fsops::waiting_for_descriptors(|| fsops::open_temp(&*dir, &self.tmp)).map_err(|e| ("cannot create temporary file", e))?;
-        // Its writeback is started below, once length and metadata are set too.
-        let end = posix::write_chunk(&file, data, off, self.fresh, false).map_err(|e| ("write failed", e))?;
-        // A trailing hole, or a longer stale temporary.
-        if end != self.size || !self.fresh {
-            file.set_len(self.size).map_err(|e| ("cannot set length", e))?;
-        }
-        if !self.meta_late {
-            fsops::set_meta(&file, self.mode, self.mtime).map_err(|e| ("cannot set mode/mtime", e))?;
-        }
-        if write_behind {
-            // Asynchronous: queues the file for writeback and returns (no wait).
-            posix::start_writeback(&file, 0, 0);
-        }
-        let st = rustix::fs::fstat(&file).map_err(|e| ("cannot stat", e.into()))?;
-        let _ = self.written.set((st.st_dev, st.st_ino));
-        Ok(())
-    }
-    fn file(&self) -> std::io::Result<&File> {
-        debug_assert!(!self.single());
-        // Out of descriptors, the stream waits for files in flight to land and give theirs back.
-        self.file.get_or_init(|| self.dir().and_then(|dir| fsops::waiting_for_descriptors(|| fsops::open_temp(&*dir, &self.tmp))).map_err(|e| (e.raw_os_error(), err_text(&e)))).as_ref().map_err(
-            |(code, text)| match code {
-                Some(code) => std::io::Error::from_raw_os_error(*code),
-                None => std::io::Error::other(text.clone()),
-            },
-        )
-    }
 }
 
-type Sinks = Arc<RwLock<HashMap<u64, Arc<Sink>>>>;
+type Sinks = Arc<RwLock<HashMap<u64, Arc<InFlight>>>>;
 
 enum Event {
     Ctrl(Control),
@@ -277,6 +218,8 @@ struct Ctx<'a> {
     root: Option<DestRoot>,
     /// Directory descriptors, shared with the stream workers and the finalizer (with `root`).
     dirs: Option<Arc<DirCache>>,
+    /// The destination as a store, over `dirs` (`posix_sink`): files are written through it.
+    store: Option<Arc<PosixSink>>,
     /// Directories this session created: nothing stood in them, so no stat, no stale
     /// temporary or journal to look for (a metadata round trip each on Lustre or NFS).
     fresh_dirs: HashSet<Vec<u8>>,
@@ -327,11 +270,10 @@ impl Receiving {
         let ending = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut closers = Vec::new();
         let chunk_size = p.options.chunk_size;
-        let write_behind = !p.options.fsync_none() && !crate::faults::faults().no_write_behind;
         let spawn_worker = |conn: DataConn, closers: &mut Vec<crate::net::transport::Closer>| {
             closers.push(conn.closer.clone());
             let (s, ev, end) = (sinks.clone(), events.clone(), ending.clone());
-            crate::threads::spawn_or_refuse(Side::Destination, "tern-recv", move || recv_worker(conn, s, ev, chunk_size, end, resets, write_behind))?;
+            crate::threads::spawn_or_refuse(Side::Destination, "tern-recv", move || recv_worker(conn, s, ev, chunk_size, end, resets))?;
             p.progress.streams.fetch_add(1, Relaxed);
             Ok::<_, TransferError>(())
         };
@@ -348,8 +290,7 @@ impl Receiving {
             let ev = events.clone();
             let fsync = !p.options.fsync_none();
             let verify_full = p.options.verify_full();
-            let chunk = p.options.chunk_size;
-            crate::threads::spawn_or_refuse(Side::Destination, "tern-finalize", move || finalizer(fin_rx, ev, fsync, verify_full, chunk))
+            crate::threads::spawn_or_refuse(Side::Destination, "tern-finalize", move || finalizer(fin_rx, ev, fsync, verify_full))
         });
         let finalizer = finalizer.map_err(|e| crate::driver::could_not_start(&writer, &closers, e))?;
         let mut ctx = Ctx {
@@ -360,6 +301,7 @@ impl Receiving {
             layout: None,
             root: None,
             dirs: None,
+            store: None,
             fresh_dirs: HashSet::new(),
             refused_dirs: HashSet::new(),
             sinks: sinks.clone(),
@@ -565,8 +507,6 @@ fn trouble(kind: ErrorKind) -> Trouble {
     }
 }
 
-const MISMATCH: &str = "whole-file hash";
-
 /// Frame `seq` of stream `index` failed authentication (`Event::StreamCorrupt`). `skipped`: the
 /// worker skipped it and reads on; the sender sends that chunk again. Otherwise the stream lost
 /// its framing and the worker closed it after `seq` frames: the sender sends again what it had
@@ -643,8 +583,8 @@ fn drive(ctx: &mut Ctx) -> Result<(), TransferError> {
                 ctx.writer.send(&Control::ChunkBad { id, chunk })?;
             }
             Action::Finalize { id, file_hash, more_coming } => {
-                let sink = ctx.sinks.read().unwrap().get(&id).cloned().expect("a receiving file has its sink");
-                let _ = ctx.finalize.send(ToFinalize { id, sink, expected: file_hash, more_coming });
+                let file = ctx.sinks.read().unwrap().get(&id).cloned().expect("a receiving file has its part");
+                let _ = ctx.finalize.send(ToFinalize { id, file, store: posix_sink(ctx), expected: file_hash, more_coming });
             }
             Action::StripeVerified { id, first, end, stripe_hash } => {
                 // The part and journal stay, shared with the file's other stripes. Its data made
@@ -659,11 +599,8 @@ fn drive(ctx: &mut Ctx) -> Result<(), TransferError> {
             }
             Action::Abandon { id } => {
                 // Throw the partial state away before the file starts over.
-                if let Some(sink) = ctx.sinks.write().unwrap().remove(&id)
-                    && let Ok(dir) = sink.dir()
-                {
-                    let _ = fsops::unlink_at(&*dir, &sink.journal_name);
-                    let _ = fsops::unlink_at(&*dir, &sink.tmp);
+                if let Some(file) = ctx.sinks.write().unwrap().remove(&id) {
+                    let _ = file.part.abandon();
                 }
             }
             Action::Done { id, payload, outcome } => {
@@ -768,7 +705,11 @@ fn init_layout(ctx: &mut Ctx, first: &Entry) -> Result<(), TransferError> {
             ctx.root = Some(r);
             // The receiver's directory descriptors, shared by the main loop, the stream workers,
             // the finalizer and the store (`posix_sink`).
-            ctx.dirs = Some(Arc::new(DirCache::new(for_dirs, dir_cache_size())));
+            let dirs = Arc::new(DirCache::new(for_dirs, dir_cache_size()));
+            let write_behind = !p.options.fsync_none() && !crate::faults::faults().no_write_behind;
+            let links_beneath = p.beneath.clone().filter(|_| !p.allow_links_out);
+            ctx.store = Some(Arc::new(PosixSink::sharing(dirs.clone(), links_beneath).with_write_behind(write_behind)));
+            ctx.dirs = Some(dirs);
         }
         // A dry run to a destination that does not exist yet: nothing there to compare.
         Err(err) if p.options.dry_run() && err.raw_os_error() == Some(libc::ENOENT) => {}
@@ -960,26 +901,18 @@ struct Prepared {
 /// false: `--fsync none`, nothing to seal). Write-behind started each chunk's writeback as it
 /// landed, so the flush waits only for the tail. Nothing here fails the stripe: without a
 /// seal, the publishing session re-reads its chunks instead of trusting them.
-fn seal_stripe(sink: &Sink, first: u64, end: u64, stripe_hash: &[u8; 32], durable: bool) {
-    let Some(journal) = sink.journal.as_ref().filter(|_| durable) else { return };
-    let opened;
-    let file = match sink.file.get() {
-        Some(Ok(f)) => f,
-        _ => match sink.dir().and_then(|dir| fsops::open_read(&*dir, &sink.tmp)) {
-            Ok(f) => {
-                opened = f;
-                &opened
-            }
-            Err(e) => return tracing::debug!("stripe {first}..{end} not sealed: {}", err_text(&e)),
-        },
-    };
-    if let Err(e) = posix::seal_durable(file, journal, first, end, stripe_hash) {
-        tracing::debug!("stripe {first}..{end} not sealed: {e}");
+fn seal_stripe(file: &InFlight, first: u64, end: u64, stripe_hash: &[u8; 32], durable: bool) {
+    if !durable {
+        return;
+    }
+    if let Err(e) = file.part.seal(first, end, stripe_hash) {
+        tracing::debug!("stripe {first}..{end} not sealed: {}", e.described());
     }
 }
 
-/// Sets up the part of a file and says which chunks its journal proves are already here.
-/// `start_over`: the file's earlier data did not add up to the source's; discard it.
+/// Sets up the part of a file (`PosixSink::open_part`) and says which chunks its journal
+/// proves are already here. `start_over`: the file's earlier data did not add up to the
+/// source's; discard it.
 fn prepare(ctx: &mut Ctx, id: u64, start_over: bool) -> Result<Prepared, TransferError> {
     crate::faults::faults().preparing_file();
     let chunk_size = ctx.p.options.chunk_size;
@@ -988,84 +921,38 @@ fn prepare(ctx: &mut Ctx, id: u64, start_over: bool) -> Result<Prepared, Transfe
         (f.rel.clone(), f.entry.clone())
     };
     let display = ctx.root.as_ref().unwrap().display(&rel);
-    let io = |what: &str, err: &std::io::Error| TransferError::io(Side::Destination, display.clone(), what, err);
-    let dir = dir_fd(ctx, parent(&rel)).map_err(|err| io("cannot open the directory", &err))?;
-    let name = file_name(&rel);
-    let fresh_dir = ctx.fresh_dirs.contains(parent(&rel));
-    let (tmp, jname) = dir.tag.temp_names(name);
-    let chunks = chunk_count(e.size, chunk_size);
-    let mut resumed = Vec::new();
-    let mut sealed = false;
-    let mut journal = None;
-    let mut fresh = true;
-    let retry = start_over;
+    // Created if missing (and then known to hold nothing).
+    dir_fd(ctx, parent(&rel)).map_err(|err| TransferError::io(Side::Destination, display.clone(), "cannot open the directory", &err))?;
     // A stripe's chunks (checked at `entry`); empty: the whole file.
-    let mut stripe_chunks: std::ops::Range<u64> = 0..0;
-    if let Some((start, end)) = e.stripe {
-        // A stripe: the part and journal are shared with the file's other stripes, which may
-        // be writing them now from other nodes. Join them (or start them), resume only this
-        // stripe's chunks, and never remove what another stripe wrote.
-        let header = JournalHeader { size: e.size, mtime_s: e.mtime_s, mtime_ns: e.mtime_ns, chunk_size };
-        let (first, last) = tern_proto::chunk::stripe_chunks(start, end, e.size, chunk_size).ok().flatten().expect("entry() admits only stripes");
-        let range = first..last;
-        stripe_chunks = range.clone();
-        let (j, records) = posix::join_shared_part(&*dir, &tmp, &jname, &header).map_err(|err| io("cannot set up the shared partial", &err))?;
-        journal = Some(j);
-        fresh = false;
-        if !retry && let Ok(part) = fsops::open_read(&*dir, &tmp) {
-            let (reused, _) = store::rehash_claimed(&|buf, off| part.read_exact_at(buf, off).is_ok(), e.size, chunk_size, records.into_iter().filter(|(i, _, _)| range.contains(i)), &mut resumed);
-            Progress::add(&ctx.p.progress.bytes_skipped, reused);
-        }
-    } else if chunks > 1 && !retry {
-        let header = JournalHeader { size: e.size, mtime_s: e.mtime_s, mtime_ns: e.mtime_ns, chunk_size };
-        if !fresh_dir
-            && let Some((h, records)) = Journal::read_sealed(&*dir, &jname).map_err(|err| io("cannot read journal", &err))?
-            && h == header
-            && let Ok(part) = fsops::open_read(&*dir, &tmp)
-        {
-            let (reused, all_sealed) = store::rehash_claimed(&|buf, off| part.read_exact_at(buf, off).is_ok(), e.size, chunk_size, records, &mut resumed);
-            sealed = all_sealed;
-            Progress::add(&ctx.p.progress.bytes_skipped, reused);
-            fresh = false;
-            journal = Some(Journal::reopen(&*dir, &jname).map_err(|err| io("cannot open journal", &err))?);
-        }
-        if journal.is_none() {
-            if !fresh_dir {
-                fsops::unlink_at(&*dir, &tmp).map_err(|err| io("cannot remove stale temporary", &err))?;
-            }
-            journal = Some(Journal::create(&*dir, &jname, &header).map_err(|err| io("cannot create journal", &err))?);
-        }
-    } else {
-        if retry || !fresh_dir {
-            fsops::unlink_at(&*dir, &tmp).map_err(|err| io("cannot remove stale temporary", &err))?;
-        }
-        if retry {
-            fsops::unlink_at(&*dir, &jname).map_err(|err| io("cannot remove journal", &err))?;
-        }
+    let stripe = e.stripe.map(|(start, end)| tern_proto::chunk::stripe_chunks(start, end, e.size, chunk_size).ok().flatten().expect("entry() admits only stripes"));
+    let spec = store::PartSpec {
+        size: e.size,
+        mtime: (e.mtime_s, e.mtime_ns),
+        chunk_size,
+        resume: !start_over,
+        stripe,
+        // A retry's earlier attempt is in that directory, whenever it was made.
+        fresh_dir: stripe.is_none() && !start_over && ctx.fresh_dirs.contains(parent(&rel)),
+    };
+    let (part, resume) = posix_sink(ctx).open_part(&rel, &spec).map_err(|err| err.to_transfer(Side::Destination, display, "cannot set up the partial file"))?;
+    let reused: u64 = resume.chunks.iter().map(|&(index, _)| u64::from(chunk_range(e.size, chunk_size, index).1)).sum();
+    if reused > 0 {
+        Progress::add(&ctx.p.progress.bytes_skipped, reused);
     }
+    let chunks = chunk_count(e.size, chunk_size);
+    let stripe = stripe.map_or(0..0, |(first, end)| first..end);
     let preserve = ctx.p.options.preserve();
-    let sink = Arc::new(Sink {
-        dirs: ctx.dirs.clone().expect("the destination root is open"),
-        parent: parent(&rel).to_vec(),
-        tag: dir.tag,
-        tmp,
-        final_name: name.to_vec(),
-        journal_name: jname,
+    let file = Arc::new(InFlight {
+        part,
         size: e.size,
         chunks,
-        mode: preserve.then_some(e.mode),
-        mtime: preserve.then_some((e.mtime_s, e.mtime_ns)),
+        meta: store::Meta { mode: preserve.then_some(e.mode), mtime: preserve.then_some((e.mtime_s, e.mtime_ns)) },
         meta_late: ctx.p.options.verify_full(),
-        fresh,
-        written_end: Default::default(),
-        file: OnceLock::new(),
-        written: OnceLock::new(),
-        journal,
-        claimed: Sink::claimed_bits(chunks, &resumed, stripe_chunks.clone()),
-        stripe: stripe_chunks,
+        claimed: InFlight::claimed_bits(chunks, &resume.chunks, stripe.clone()),
+        stripe,
     });
-    ctx.sinks.write().unwrap().insert(id, sink);
-    Ok(Prepared { resumed, sealed })
+    ctx.sinks.write().unwrap().insert(id, file);
+    Ok(Prepared { resumed: resume.chunks, sealed: resume.sealed })
 }
 
 /// `link.path` becomes another name of `link.target` (a regular file beneath the root), through a
@@ -1119,7 +1006,7 @@ fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
             && ctx.root.is_some()
         {
             let sink = posix_sink(ctx);
-            for rel in store::extras(&sink, &ctx.keep, &ctx.p.filter) {
+            for rel in store::extras(&*sink, &ctx.keep, &ctx.p.filter) {
                 plan(ctx, PlanAction::Delete, rel)?;
             }
         }
@@ -1156,7 +1043,7 @@ fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
     }
     let l = ctx.layout.as_ref().unwrap();
     if ctx.p.options.delete() && l.mirror {
-        let extra = store::extras(&sink, &ctx.keep, &ctx.p.filter);
+        let extra = store::extras(&*sink, &ctx.keep, &ctx.p.filter);
         if ctx.source_errors {
             ctx.p.progress.error(TransferError::fatal(Side::Source, "some source files could not be read, so --delete removed nothing (fix the errors and re-run)"));
         } else if ctx.keep.is_empty() && !extra.is_empty() && !ctx.p.options.delete_from_empty() {
@@ -1188,19 +1075,15 @@ fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
 
 /// The destination as a store (`store::PosixSink`), over the directory cache's handle of the
 /// root and sharing the cache; links a daemon's client makes are held beneath its root unless
-/// `serve --allow-links-out`.
-fn posix_sink(ctx: &Ctx) -> PosixSink {
-    let dirs = ctx.dirs.clone().expect("the destination root is open");
-    let write_behind = !ctx.p.options.fsync_none() && !crate::faults::faults().no_write_behind;
-    PosixSink::sharing(dirs, ctx.p.beneath.clone().filter(|_| !ctx.p.allow_links_out)).with_write_behind(write_behind)
+/// `serve --allow-links-out`; write-behind unless `--fsync none`.
+fn posix_sink(ctx: &Ctx) -> Arc<PosixSink> {
+    ctx.store.clone().expect("the destination root is open")
 }
 
 /// One data stream: read chunk frames, verify, write. Exits at end of stream.
 /// `resets`: a record that fails authentication (or a malformed frame header) resets this stream
 /// instead of failing the session.
-/// `write_behind`: start writing each chunk back to storage as soon as it lands (durable
-/// mode), so the barrier before the rename waits only for the tail, not the whole file.
-fn recv_worker(mut conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_size: u32, ending: Arc<std::sync::atomic::AtomicBool>, resets: bool, write_behind: bool) {
+fn recv_worker(mut conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_size: u32, ending: Arc<std::sync::atomic::AtomicBool>, resets: bool) {
     let index = conn.index;
     let tag_key = conn.tag_key;
     let mut sealer = conn.sealer.take();
@@ -1295,42 +1178,23 @@ fn recv_worker(mut conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_si
             continue; // a second copy (a peer resending a frame already taken): keep the first
         }
         let whole = h.flags & FLAG_WHOLE_FILE != 0;
-        if sink.single() {
+        let written = if sink.single() {
             // Opened, written and closed now: a one-chunk file holds no descriptor in flight.
-            match sink.write_whole(data, off, write_behind) {
-                Ok(()) => {
-                    let _ = events.send(Event::ChunkOk { id: h.file_id, index: h.index, hash, len: len as u32, whole });
-                }
-                Err((what, error)) => {
-                    let _ = events.send(Event::WriteFailed { id: h.file_id, error, what });
-                }
-            }
-            continue;
-        }
-        let file = match sink.file() {
-            Ok(f) => f,
-            Err(error) => {
-                let _ = events.send(Event::WriteFailed { id: h.file_id, error, what: "cannot create temporary file" });
-                continue;
-            }
+            sink.part.write_whole(data, (!sink.meta_late).then_some(&sink.meta))
+        } else {
+            // The temporary is opened by the file's first chunk and kept; zero blocks of a new
+            // file stay holes; the finalizer sets the length.
+            sink.part.write_at(off, data).and_then(|()| sink.part.record_chunk(h.index, &hash))
         };
-        // Zero blocks of a new file stay holes; the finalizer sets the length.
-        match posix::write_chunk(file, data, off, sink.fresh, write_behind) {
-            Ok(end) => {
-                sink.written_end.fetch_max(end, Relaxed);
+        match written {
+            Ok(()) => {
+                let _ = events.send(Event::ChunkOk { id: h.file_id, index: h.index, hash, len: len as u32, whole });
             }
             Err(e) => {
-                let _ = events.send(Event::WriteFailed { id: h.file_id, error: e, what: "write failed" });
-                continue;
+                let what = e.what.unwrap_or("write failed");
+                let _ = events.send(Event::WriteFailed { id: h.file_id, error: e.into(), what });
             }
         }
-        if let Some(j) = &sink.journal
-            && let Err(e) = j.append(h.index, &hash)
-        {
-            let _ = events.send(Event::WriteFailed { id: h.file_id, error: e, what: "cannot write journal" });
-            continue;
-        }
-        let _ = events.send(Event::ChunkOk { id: h.file_id, index: h.index, hash, len: len as u32, whole });
     }
 }
 
@@ -1341,7 +1205,9 @@ fn fatal(events: &Sender<Event>, msg: String) {
 /// A file whose chunks all verified, for the finalizer.
 struct ToFinalize {
     id: u64,
-    sink: Arc<Sink>,
+    file: Arc<InFlight>,
+    /// The store it is written in, for the batch's barrier.
+    store: Arc<PosixSink>,
     /// The whole-file hash its chunks add up to (already compared with the sender's).
     expected: [u8; 32],
     /// Other files were still arriving when this one was handed over. When none are, waiting to
@@ -1349,21 +1215,23 @@ struct ToFinalize {
     more_coming: bool,
 }
 
-/// Makes verified files durable in batches, then renames them into place.
-fn finalizer(rx: Receiver<ToFinalize>, events: Sender<Event>, fsync: bool, verify_full: bool, chunk_size: u32) {
+/// Makes verified files durable in batches, then publishes them (renames them into place).
+fn finalizer(rx: Receiver<ToFinalize>, events: Sender<Event>, fsync: bool, verify_full: bool) {
     const MAX_FILES: usize = 512;
     const MAX_BYTES: u64 = 1 << 30;
     const MAX_WAIT: Duration = Duration::from_millis(50);
-    let mut batch: Vec<(u64, Arc<Sink>, [u8; 32])> = Vec::new();
+    let mut batch: Vec<(u64, Arc<InFlight>, [u8; 32])> = Vec::new();
+    let mut store: Option<Arc<PosixSink>> = None;
     let mut bytes = 0u64;
     let mut first: Option<Instant> = None;
     let mut open = true;
     while open || !batch.is_empty() {
         let timeout = first.map_or(Duration::from_secs(3600), |t| MAX_WAIT.saturating_sub(t.elapsed()));
         match rx.recv_timeout(if open { timeout } else { Duration::ZERO }) {
-            Ok(ToFinalize { id, sink, expected, more_coming }) => {
-                bytes += sink.size;
-                batch.push((id, sink, expected));
+            Ok(ToFinalize { id, file, store: s, expected, more_coming }) => {
+                bytes += file.size;
+                batch.push((id, file, expected));
+                store.get_or_insert(s);
                 first.get_or_insert_with(Instant::now);
                 let idle = !more_coming && rx.is_empty();
                 if batch.len() < MAX_FILES && bytes < MAX_BYTES && first.is_some_and(|t| t.elapsed() < MAX_WAIT) && !idle {
@@ -1378,10 +1246,11 @@ fn finalizer(rx: Receiver<ToFinalize>, events: Sender<Event>, fsync: bool, verif
         }
         // Per file: a length and metadata update (a metadata round trip each on a parallel file
         // system) or, with --verify full, a whole re-read; side by side, not one after another.
-        let ready: Vec<(u64, Arc<Sink>)> = in_parallel(&batch, |(id, sink, expected)| match prepare_final(sink, verify_full, chunk_size, expected) {
-            Ok(()) => Some((*id, sink.clone())),
-            Err((kind, message)) => {
-                let _ = events.send(Event::FinalizeFailed { id: *id, kind, message });
+        // The re-read comes between the length and the metadata (`finish_verified`).
+        let ready: Vec<(u64, Arc<InFlight>)> = in_parallel(&batch, |(id, file, expected)| match file.part.finish_verified(&file.meta, verify_full.then_some(expected)) {
+            Ok(()) => Some((*id, file.clone())),
+            Err(e) => {
+                let _ = events.send(Event::FinalizeFailed { id: *id, kind: e.error_kind(), message: e.described() });
                 None
             }
         })
@@ -1389,20 +1258,21 @@ fn finalizer(rx: Receiver<ToFinalize>, events: Sender<Event>, fsync: bool, verif
         .flatten()
         .collect();
         batch.clear();
-        if fsync && let Some(Ok(dir)) = ready.first().map(|(_, first)| first.dir()) {
-            // One syncfs makes the whole batch durable before any of it is renamed (closed
-            // one-chunk temporaries included: syncfs writes back the file system's dirty data).
-            let _ = rustix::fs::syncfs(&*dir);
+        if fsync
+            && !ready.is_empty()
+            && let Some(store) = &store
+        {
+            // One barrier (syncfs) makes the whole batch durable before any of it is renamed
+            // (closed one-chunk temporaries included: syncfs writes back the file system's dirty
+            // data).
+            let _ = store.barrier();
         }
-        in_parallel(&ready, |(id, sink)| match sink.dir().and_then(|dir| fsops::rename_at(&*dir, &sink.tmp, &sink.final_name).map(|()| dir)) {
-            Ok(dir) => {
-                if sink.journal.is_some() {
-                    let _ = fsops::unlink_at(&*dir, &sink.journal_name);
-                }
+        in_parallel(&ready, |(id, file)| match file.part.publish() {
+            Ok(()) => {
                 let _ = events.send(Event::Finalized { id: *id });
             }
             Err(e) => {
-                let _ = events.send(Event::FinalizeFailed { id: *id, kind: ErrorKind::of_io(&e), message: format!("cannot rename into place: {}", err_text(&e)) });
+                let _ = events.send(Event::FinalizeFailed { id: *id, kind: e.error_kind(), message: e.described() });
             }
         });
         bytes = 0;
@@ -1424,67 +1294,4 @@ fn in_parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec
         let parts: Vec<_> = items.chunks(per).map(|part| s.spawn(move || part.iter().map(f).collect::<Vec<R>>())).collect();
         parts.into_iter().flat_map(|h| h.join().expect("finalizer worker panicked")).collect()
     })
-}
-
-/// Length, metadata and (with `--verify full`) a re-read from storage, before the rename.
-fn prepare_final(sink: &Sink, verify_full: bool, chunk_size: u32, expected: &[u8; 32]) -> Result<(), (ErrorKind, String)> {
-    let io = |what: &str, e: std::io::Error| (ErrorKind::of_io(&e), format!("{what}: {}", err_text(&e)));
-    if sink.single() {
-        return prepare_final_single(sink, verify_full, chunk_size, expected);
-    }
-    let file = sink.file().map_err(|e| io("cannot create temporary file", e))?;
-    // A fresh file whose last byte was written already has its length; otherwise a hole at the
-    // end, or a longer stale temporary, needs the truncate.
-    if !(sink.fresh && sink.written_end.load(Relaxed) == sink.size) {
-        file.set_len(sink.size).map_err(|e| io("cannot set length", e))?;
-    }
-    if verify_full {
-        reread_matches(file, sink.size, chunk_size, expected)?;
-    }
-    fsops::set_meta(file, sink.mode, sink.mtime).map_err(|e| io("cannot set mode/mtime", e))?;
-    // What the rename will move must be the file that was written and verified: if anything
-    // else took the temporary's name meanwhile, land nothing.
-    let written = rustix::fs::fstat(file).map_err(|e| io("cannot stat", e.into()))?;
-    still_the_one_written(sink, (written.st_dev, written.st_ino))
-}
-
-/// What the rename will move must be the file that was written and verified: if anything else
-/// took the temporary's name meanwhile, land nothing.
-fn still_the_one_written(sink: &Sink, written: (u64, u64)) -> Result<(), (ErrorKind, String)> {
-    let dir = sink.dir().map_err(|e| (ErrorKind::of_io(&e), format!("cannot open the directory: {}", err_text(&e))))?;
-    match posix::still_holds(&*dir, &sink.tmp, written) {
-        Ok(true) => Ok(()),
-        _ => Err((ErrorKind::Other, REPLACED.into())),
-    }
-}
-
-/// `--verify full`: flushes the file, drops its cached pages so the read comes from storage,
-/// not memory, and checks that what storage returns adds up to the verified whole-file hash.
-fn reread_matches(file: &File, size: u64, chunk_size: u32, expected: &[u8; 32]) -> Result<(), (ErrorKind, String)> {
-    let have = posix::reread_hash(file, size, chunk_size).map_err(|(what, e)| (ErrorKind::of_io(&e), format!("{what}: {}", err_text(&e))))?;
-    if &have != expected {
-        return Err((ErrorKind::WholeFileMismatch, format!("{MISMATCH} of the written data does not match on re-read (--verify full); storage corrupted it")));
-    }
-    Ok(())
-}
-
-/// `prepare_final` for a one-chunk file, whose temporary was closed once written: with `--verify
-/// full` it is opened again (by name beneath its directory, never through a link) to be re-read;
-/// either way its name must still hold the file written.
-fn prepare_final_single(sink: &Sink, verify_full: bool, chunk_size: u32, expected: &[u8; 32]) -> Result<(), (ErrorKind, String)> {
-    let io = |what: &str, e: std::io::Error| (ErrorKind::of_io(&e), format!("{what}: {}", err_text(&e)));
-    let Some(&written) = sink.written.get() else {
-        return Err((ErrorKind::Other, "its data was never written; nothing was renamed into place".into()));
-    };
-    if verify_full {
-        let dir = sink.dir().map_err(|e| io("cannot open the directory", e))?;
-        let file = fsops::waiting_for_descriptors(|| fsops::open_read(&*dir, &sink.tmp)).map_err(|e| io("cannot re-read for verification", e))?;
-        let st = rustix::fs::fstat(&file).map_err(|e| io("cannot stat", e.into()))?;
-        if (st.st_dev, st.st_ino) != written {
-            return Err((ErrorKind::Other, REPLACED.into()));
-        }
-        reread_matches(&file, sink.size, chunk_size, expected)?;
-        fsops::set_meta(&file, sink.mode, sink.mtime).map_err(|e| io("cannot set mode/mtime", e))?;
-    }
-    still_the_one_written(sink, written)
 }

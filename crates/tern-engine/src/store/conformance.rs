@@ -48,6 +48,8 @@ pub(crate) fn run<S: Sink, H: Harness>(make: impl Fn() -> (S, H)) {
         ("seals_survive_a_reopen_and_are_reported", seals_survive_a_reopen_and_are_reported),
         ("a_seal_that_does_not_add_up_or_is_rewritten_seals_nothing", a_seal_that_does_not_add_up_or_is_rewritten_seals_nothing),
         ("a_part_in_a_fresh_directory_is_fresh_and_resumable", a_part_in_a_fresh_directory_is_fresh_and_resumable),
+        ("a_part_written_whole_publishes_with_its_metadata", a_part_written_whole_publishes_with_its_metadata),
+        ("a_verified_finish_refuses_what_storage_garbled", a_verified_finish_refuses_what_storage_garbled),
     ];
     for (name, test) in tests {
         let (sink, harness) = make();
@@ -485,4 +487,76 @@ fn a_part_in_a_fresh_directory_is_fresh_and_resumable<S: Sink, H: Harness>(s: &S
     s.barrier().unwrap();
     p.publish().unwrap();
     assert_eq!(h.read_file(b"new/f").unwrap(), content(&sp));
+}
+
+/// The whole-file hash of `data` in chunks of `chunk_size`, as the sender computes it.
+fn whole_hash(data: &[u8], chunk_size: u32) -> [u8; 32] {
+    let size = data.len() as u64;
+    let hashes: Vec<[u8; 32]> = (0..tern_proto::chunk::chunk_count(size, chunk_size))
+        .map(|i| {
+            let (off, len) = tern_proto::chunk::chunk_range(size, chunk_size, i);
+            crate::faults::chunk_hash(&data[off as usize..(off + u64::from(len)) as usize])
+        })
+        .collect();
+    tern_proto::chunk::file_hash(size, &hashes)
+}
+
+/// A one-chunk part written whole (`write_whole`) publishes its data, with the metadata given
+/// there or, given none there, the metadata `finish` sets; zeros in it read back as written.
+fn a_part_written_whole_publishes_with_its_metadata<S: Sink, H: Harness>(s: &S, h: &H) {
+    let meta = Meta { mode: Some(0o640), mtime: Some((1_600_000_000, 7)) };
+    let mut data = vec![0u8; 100];
+    data[0] = b'x';
+    let (p, r) = s.open_part(b"w", &spec(100, 128)).unwrap();
+    assert!(r.chunks.is_empty());
+    p.write_whole(&data, Some(&meta)).unwrap();
+    let mut back = vec![1u8; 100];
+    p.read_at(0, &mut back).unwrap();
+    assert_eq!(back, data);
+    p.finish(&meta).unwrap();
+    p.publish().unwrap();
+    assert_eq!(h.read_file(b"w").as_deref(), Some(&data[..]));
+    let st = s.stat(b"w").unwrap().unwrap();
+    assert_eq!((st.size, st.mode, st.mtime), (100, 0o640, (1_600_000_000, 7)));
+    // Metadata left to finish (--verify full: set after the re-read), over an older file.
+    let late = Meta { mode: Some(0o600), mtime: Some((1_500_000_000, 0)) };
+    let (p, _) = s.open_part(b"w", &spec(3, 128)).unwrap();
+    p.write_whole(b"abc", None).unwrap();
+    assert!(s.stat(b"w").unwrap().unwrap().size == 100, "nothing visible before publish");
+    p.finish_verified(&late, Some(&whole_hash(b"abc", 128))).unwrap();
+    p.publish().unwrap();
+    assert_eq!(h.read_file(b"w").as_deref(), Some(&b"abc"[..]));
+    let st = s.stat(b"w").unwrap().unwrap();
+    assert_eq!((st.mode, st.mtime), (0o600, (1_500_000_000, 0)));
+    // An empty file is one (empty) chunk.
+    let (p, _) = s.open_part(b"empty", &spec(0, 128)).unwrap();
+    p.write_whole(b"", None).unwrap();
+    p.finish(&Meta::default()).unwrap();
+    p.publish().unwrap();
+    assert_eq!(h.read_file(b"empty").as_deref(), Some(&b""[..]));
+}
+
+/// `finish_verified` reads the part back: what storage garbled since it was written is
+/// `Corrupt` and nothing is finished (publish refused, the part abandoned); what it holds as
+/// written finishes and publishes.
+fn a_verified_finish_refuses_what_storage_garbled<S: Sink, H: Harness>(s: &S, h: &H) {
+    let sp = spec(1000, 256);
+    let data = content(&sp);
+    let (p, _) = s.open_part(b"v", &sp).unwrap();
+    write_chunks(&p, &sp, 0..4);
+    h.corrupt_part(b"v", 300, b"garbled");
+    assert_eq!(kind(p.finish_verified(&Meta::default(), Some(&whole_hash(&data, 256)))), Kind::Corrupt);
+    assert!(p.publish().is_err(), "not finished");
+    p.abandon().unwrap();
+    assert!(h.read_file(b"v").is_none());
+    let (p, _) = s.open_part(b"one", &spec(10, 256)).unwrap();
+    p.write_whole(b"0123456789", None).unwrap();
+    h.corrupt_part(b"one", 0, b"X");
+    assert_eq!(kind(p.finish_verified(&Meta::default(), Some(&whole_hash(b"0123456789", 256)))), Kind::Corrupt);
+    p.abandon().unwrap();
+    let (p, _) = s.open_part(b"v", &sp).unwrap();
+    write_chunks(&p, &sp, (0..4).rev());
+    p.finish_verified(&Meta::default(), Some(&whole_hash(&data, 256))).unwrap();
+    p.publish().unwrap();
+    assert_eq!(h.read_file(b"v"), Some(data));
 }

@@ -72,7 +72,7 @@ struct PartData {
 }
 
 pub(super) fn err(kind: Kind, errno: i32, message: &str) -> StoreError {
-    StoreError { kind, errno: Some(errno), message: message.into() }
+    StoreError { kind, errno: Some(errno), message: message.into(), what: None }
 }
 
 pub(super) fn components(path: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
@@ -439,11 +439,35 @@ impl Part for MemPart {
         })
     }
 
-    fn finish(&self, meta: &Meta) -> Result<()> {
+    fn write_whole(&self, data: &[u8], meta: Option<&Meta>) -> Result<()> {
+        self.write_at(0, data)?;
+        self.with(|st| {
+            let p = st.parts.get_mut(&self.key).unwrap();
+            p.data.changed().resize(p.spec.size as usize, 0);
+            if let Some(meta) = meta {
+                p.meta = *meta;
+            }
+            Ok(())
+        })
+    }
+
+    fn finish_verified(&self, meta: &Meta, verify: Option<&[u8; 32]>) -> Result<()> {
         self.with(|st| {
             let p = st.parts.get_mut(&self.key).unwrap();
             let size = p.spec.size as usize;
             p.data.changed().resize(size, 0);
+            if let Some(expected) = verify {
+                let (size, chunk_size) = (p.spec.size, p.spec.chunk_size);
+                let hashes: Vec<[u8; 32]> = (0..chunk_count(size, chunk_size))
+                    .map(|i| {
+                        let (off, len) = tern_proto::chunk::chunk_range(size, chunk_size, i);
+                        crate::faults::chunk_hash(&p.data.now[off as usize..(off + u64::from(len)) as usize])
+                    })
+                    .collect();
+                if &tern_proto::chunk::file_hash(size, &hashes) != expected {
+                    return Err(StoreError::new(Kind::Corrupt, "whole-file hash of the written data does not match on re-read (--verify full); storage corrupted it"));
+                }
+            }
             p.meta = *meta;
             p.finished = true;
             Ok(())
@@ -456,7 +480,7 @@ impl Part for MemPart {
                 return Err(StoreError::new(Kind::Other, "publish before finish"));
             }
             if let Some(Node::Dir { .. }) = st.nodes.get(&self.key) {
-                return Err(StoreError { kind: Kind::Conflict, errno: Some(libc::EISDIR), message: "a directory stands under the final name; nothing was renamed into place".into() });
+                return Err(StoreError { kind: Kind::Conflict, errno: Some(libc::EISDIR), message: "a directory stands under the final name; nothing was renamed into place".into(), what: None });
             }
             let p = st.parts.remove(&self.key).unwrap();
             if p.data.dirty {

@@ -13,13 +13,10 @@
 //! `..` component; the empty path is the store's root. Every operation refuses anything else and
 //! confines what it resolves beneath the root (a symlink out is refused, never followed).
 //!
-//! Used so far: `--delete` and its dry-run plan, symlinks and directory metadata
-//! (`driver/receiver.rs: finish`), `tern rm` (`fs_request.rs`). Partial files (`open_part`,
-//! `Part`) are still written by the receiver with its own descriptors (lazily opened
-//! temporaries, its directory cache), through the pieces `PosixPart` is made of too
-//! (`rehash_claimed` here; `posix::{write_chunk, start_writeback, seal_durable,
-//! join_shared_part, reread_hash, still_holds}`); until it moves onto `Part`, only the tests call `open_part` and `Part`.
-#![cfg_attr(not(test), allow(dead_code, reason = "the receiver's part writing moves onto `Part` next (issue 13); the conformance tests use all of it"))]
+//! Used by the receiver (`driver/receiver.rs`): every partial file (`open_part`, `Part`), the
+//! finalizer's `barrier` (one per batch), `--delete` and its dry-run plan, symlinks and directory
+//! metadata; and by `tern rm` (`fs_request.rs`).
+#![cfg_attr(not(test), allow(dead_code, reason = "what only the tests and the stores to come use yet: Features, Sink::{features, stat, mkdir_all}, Part::{read_at, finish}, Source::display"))]
 
 use std::collections::HashSet;
 use std::fmt;
@@ -78,6 +75,8 @@ pub(crate) enum Kind {
     Conflict,
     /// A source file is not the version listed: it ended early (shrank) while it was read.
     Changed,
+    /// What storage returns is not what was written (`--verify full`'s re-read).
+    Corrupt,
     Other,
 }
 
@@ -90,6 +89,7 @@ impl Kind {
             Self::NoSpace => ErrorKind::NoSpace,
             Self::ResourceLimit => ErrorKind::ResourceLimit,
             Self::PermissionDenied => ErrorKind::PermissionDenied,
+            Self::Corrupt => ErrorKind::WholeFileMismatch,
             Self::Refused | Self::Conflict | Self::Changed | Self::Other => ErrorKind::Other,
         }
     }
@@ -110,17 +110,42 @@ impl Kind {
 }
 
 /// A store's error: its kind, the OS error where there was one (so the engine's hints, which go
-/// by errno, still apply), and words for people.
+/// by errno, still apply), words for people, and what the store was doing when it failed.
 #[derive(Debug)]
 pub(crate) struct StoreError {
     pub(crate) kind: Kind,
     pub(crate) errno: Option<i32>,
     pub(crate) message: String,
+    /// The step that failed ("cannot create temporary file", "write failed"), where the store
+    /// says; it names the failure in messages in place of the caller's words.
+    pub(crate) what: Option<&'static str>,
 }
 
 impl StoreError {
     pub(crate) fn new(kind: Kind, message: impl Into<String>) -> Self {
-        Self { kind, errno: None, message: message.into() }
+        Self { kind, errno: None, message: message.into(), what: None }
+    }
+
+    /// The same error, naming the step that failed (unless a deeper step named itself).
+    pub(crate) fn doing(mut self, what: &'static str) -> Self {
+        self.what.get_or_insert(what);
+        self
+    }
+
+    /// The engine's error kind: by errno where there is one (as `TransferError::io` judges it).
+    pub(crate) fn error_kind(&self) -> ErrorKind {
+        match self.errno {
+            Some(errno) => ErrorKind::of_io(&io::Error::from_raw_os_error(errno)),
+            None => self.kind.error_kind(),
+        }
+    }
+
+    /// "step: message", or the message alone where no step is named.
+    pub(crate) fn described(&self) -> String {
+        match self.what {
+            Some(what) => format!("{what}: {}", self.message),
+            None => self.message.clone(),
+        }
     }
 
     pub(crate) fn refused(message: impl Into<String>) -> Self {
@@ -129,11 +154,13 @@ impl StoreError {
 
     pub(crate) fn errno(errno: i32) -> Self {
         let err = io::Error::from_raw_os_error(errno);
-        Self { kind: Kind::of_errno(errno), errno: Some(errno), message: crate::error::err_text(&err) }
+        Self { kind: Kind::of_errno(errno), errno: Some(errno), message: crate::error::err_text(&err), what: None }
     }
 
-    /// A file-level `TransferError` naming `path` and what was being done.
+    /// A file-level `TransferError` naming `path` and what was being done (the step the store
+    /// named, if it did).
     pub(crate) fn to_transfer(&self, side: Side, path: impl Into<String>, what: &str) -> TransferError {
+        let what = self.what.unwrap_or(what);
         match self.errno {
             Some(errno) => TransferError::io(side, path, what, &io::Error::from_raw_os_error(errno)),
             None => TransferError::file(side, path, format!("{what}: {}", self.message)).with_kind(self.kind.error_kind()),
@@ -340,9 +367,25 @@ pub(crate) trait Part: Send + Sync {
     /// a lost seal costs only the re-read.
     fn seal(&self, first: u64, end: u64, stripe_hash: &[u8; 32]) -> Result<()>;
 
+    /// A part of one chunk written all at once (`data` is the whole file, offset 0), holding
+    /// nothing afterwards: as `write_at`, and the store may do at once what `finish` would
+    /// (the length; the metadata, given `meta`), so a part waiting for its batch keeps no
+    /// resource open (POSIX: the temporary is opened, written and closed here, and a tree of
+    /// small files in flight is not bounded by the descriptor limit). `finish` is given the
+    /// same `meta` (or, without it here, sets its own).
+    fn write_whole(&self, data: &[u8], meta: Option<&Meta>) -> Result<()>;
+
     /// Every chunk is written: sets the length (the spec's size) and `meta`, and checks that the
     /// partial file is still the one written (nothing replaced it meanwhile).
-    fn finish(&self, meta: &Meta) -> Result<()>;
+    fn finish(&self, meta: &Meta) -> Result<()> {
+        self.finish_verified(meta, None)
+    }
+
+    /// `finish`, and with `verify` (`--verify full`) the part read back from storage, not from
+    /// a cache, after the length is set and before the metadata (a mode without read
+    /// permission may refuse a read): its whole-file hash (`tern_proto::chunk::file_hash` of
+    /// its chunks) must be `verify`, else [`Kind::Corrupt`] and nothing is finished.
+    fn finish_verified(&self, meta: &Meta, verify: Option<&[u8; 32]>) -> Result<()>;
 
     /// Makes the finished part `rel`, in one step, replacing a file or link there; a directory
     /// there is [`Kind::Conflict`] and nothing changes (the part stays, to abandon). The store's

@@ -73,7 +73,7 @@ impl PosixSink {
     fn dir_no_links(&self, rel: &[u8]) -> Result<std::os::fd::OwnedFd> {
         match self.root().dir_no_links(rel) {
             Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) && self.link_on_the_way(rel) => {
-                Err(StoreError { kind: Kind::Refused, errno: Some(libc::ELOOP), message: "a symlink stands on the way; refused (never followed here)".into() })
+                Err(StoreError { kind: Kind::Refused, errno: Some(libc::ELOOP), message: "a symlink stands on the way; refused (never followed here)".into(), what: None })
             }
             r => Ok(r?),
         }
@@ -223,7 +223,7 @@ impl Sink for PosixSink {
 
     fn open_part(&self, rel: &[u8], spec: &PartSpec) -> Result<(PosixPart, Resume)> {
         check_entry(rel)?;
-        let dir = fsops::waiting_for_descriptors(|| self.dirs.get(parent(rel)))?;
+        let dir = fsops::waiting_for_descriptors(|| self.dirs.get(parent(rel))).map_err(|e| StoreError::from(e).doing("cannot open the directory"))?;
         if dir.tag.reserves(file_name(rel)) {
             return Err(reserved(rel));
         }
@@ -237,34 +237,40 @@ impl Sink for PosixSink {
             // Shared with the file's other stripes, which may be writing it now from other
             // nodes: joined (or started), only this stripe's chunks resumed, nothing removed
             // that another stripe wrote, and never sparse (the part is not this writer's).
-            let (j, records) = join_shared_part(&dir, &tmp, &journal_name, &header)?;
+            let (j, records) = join_shared_part(&*dir, &tmp, &journal_name, &header).map_err(doing("cannot set up the shared partial"))?;
             journal = Some(j);
             resume.fresh = false;
             if spec.resume
-                && let Ok(part) = fsops::open_read(&dir, &tmp)
+                && let Ok(part) = fsops::open_read(&*dir, &tmp)
             {
                 rehash_claimed(&|buf, off| part.read_exact_at(buf, off).is_ok(), spec.size, spec.chunk_size, records.into_iter().filter(|(i, _, _)| (first..end).contains(i)), &mut resume.chunks);
             }
         } else if journaled
             && spec.resume
             && !spec.fresh_dir
-            && let Some((h, records)) = Journal::read_sealed(&dir, &journal_name)?
+            && let Some((h, records)) = Journal::read_sealed(&*dir, &journal_name).map_err(doing("cannot read journal"))?
             && h == header
-            && let Ok(part) = fsops::open_read(&dir, &tmp)
+            && let Ok(part) = fsops::open_read(&*dir, &tmp)
         {
             let (_, sealed) = rehash_claimed(&|buf, off| part.read_exact_at(buf, off).is_ok(), spec.size, spec.chunk_size, records, &mut resume.chunks);
             resume.fresh = false;
             resume.sealed = sealed;
-            journal = Some(Journal::reopen(&dir, &journal_name)?);
+            journal = Some(Journal::reopen(&*dir, &journal_name).map_err(doing("cannot open journal"))?);
         }
         if resume.fresh {
             // In a directory created this session nothing stood: nothing to remove.
             if !spec.fresh_dir {
-                fsops::unlink_at(&dir, &tmp)?;
-                fsops::unlink_at(&dir, &journal_name)?;
+                fsops::unlink_at(&*dir, &tmp).map_err(doing("cannot remove stale temporary"))?;
+                // A journal is started over below (its create truncates). A part that keeps
+                // none removes an earlier one only when it starts over: a resumed one-chunk
+                // file costs one removal (a metadata round trip on a parallel file system), not
+                // two.
+                if !journaled && !spec.resume {
+                    fsops::unlink_at(&*dir, &journal_name).map_err(doing("cannot remove journal"))?;
+                }
             }
             if journaled {
-                journal = Some(Journal::create(&dir, &journal_name, &header)?);
+                journal = Some(Journal::create(&*dir, &journal_name, &header).map_err(doing("cannot create journal"))?);
             }
         }
         resume.chunks.sort_unstable_by_key(|&(index, _)| index);
@@ -276,8 +282,11 @@ impl Sink for PosixSink {
             name: file_name(rel).to_vec(),
             journal_name,
             file: OnceLock::new(),
+            written: OnceLock::new(),
+            meta_applied: AtomicBool::new(false),
             journal,
             size: spec.size,
+            chunk_size: spec.chunk_size,
             fresh: resume.fresh,
             write_behind: self.write_behind,
             written_end: AtomicU64::new(0),
@@ -365,8 +374,14 @@ pub(crate) struct PosixPart {
     /// a tree's temporaries are created in parallel by the streams, and a part holds no
     /// descriptor for its data before its data arrives. Or why it could not be opened.
     file: OnceLock<Result<File>>,
+    /// Written whole ([`PosixPart::write_whole`]): the temporary was opened, written and closed
+    /// at once; its device and inode, for the checks before it is published.
+    written: OnceLock<(u64, u64)>,
+    /// `write_whole` set the metadata already: `finish` leaves it.
+    meta_applied: AtomicBool,
     journal: Option<Journal>,
     size: u64,
+    chunk_size: u32,
     /// The temporary did not exist before: all-zero blocks may be left as holes.
     fresh: bool,
     write_behind: bool,
@@ -375,6 +390,11 @@ pub(crate) struct PosixPart {
     finished: AtomicBool,
     /// Published or abandoned: the handle is spent.
     gone: AtomicBool,
+}
+
+/// Names the step that failed on an I/O error: `.map_err(doing("write failed"))`.
+fn doing<E: Into<StoreError>>(what: &'static str) -> impl Fn(E) -> StoreError {
+    move |e| e.into().doing(what)
 }
 
 impl PosixPart {
@@ -388,7 +408,7 @@ impl PosixPart {
     fn file(&self) -> Result<&File> {
         match self.file.get_or_init(|| Ok(fsops::waiting_for_descriptors(|| fsops::open_temp(&*self.dir()?, &self.tmp))?)) {
             Ok(f) => Ok(f),
-            Err(e) => Err(StoreError { kind: e.kind, errno: e.errno, message: e.message.clone() }),
+            Err(e) => Err(StoreError { kind: e.kind, errno: e.errno, message: e.message.clone(), what: Some("cannot create temporary file") }),
         }
     }
 
@@ -398,12 +418,31 @@ impl PosixPart {
         }
         Ok(())
     }
+
+    /// What publish will move must be the file that was written: if anything else took the
+    /// temporary's name meanwhile, land nothing.
+    fn check_still_holds(&self, written: (u64, u64)) -> Result<()> {
+        let dir = self.dir().map_err(|e| e.doing("cannot open the directory"))?;
+        match still_holds(&*dir, &self.tmp, written) {
+            Ok(true) => Ok(()),
+            _ => Err(StoreError::new(Kind::Other, REPLACED)),
+        }
+    }
+
+    /// `--verify full`: what storage returns of `file` adds up to `expected`.
+    fn reread_matches(&self, file: &File, expected: &[u8; 32]) -> Result<()> {
+        let have = reread_hash(file, self.size, self.chunk_size).map_err(|(what, e)| StoreError::from(e).doing(what))?;
+        if &have != expected {
+            return Err(StoreError::new(Kind::Corrupt, "whole-file hash of the written data does not match on re-read (--verify full); storage corrupted it"));
+        }
+        Ok(())
+    }
 }
 
 impl Part for PosixPart {
     fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
         self.live()?;
-        let end = write_chunk(self.file()?, data, offset, self.fresh, self.write_behind)?;
+        let end = write_chunk(self.file()?, data, offset, self.fresh, self.write_behind).map_err(doing("write failed"))?;
         self.written_end.fetch_max(end, Relaxed);
         Ok(())
     }
@@ -412,9 +451,18 @@ impl Part for PosixPart {
         if offset.checked_add(buf.len() as u64).is_none_or(|end| end > self.size) {
             return Err(StoreError::new(Kind::Other, "read past the end of the partial file"));
         }
+        // Written whole and closed: read through a descriptor opened for this read.
+        let reopened;
+        let file = match self.written.get() {
+            Some(_) => {
+                reopened = fsops::open_read(&*self.dir()?, &self.tmp)?;
+                &reopened
+            }
+            None => self.file()?,
+        };
         let mut done = 0;
         while done < buf.len() {
-            match self.file()?.read_at(&mut buf[done..], offset + done as u64) {
+            match file.read_at(&mut buf[done..], offset + done as u64) {
                 Ok(0) => break,
                 Ok(n) => done += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -429,32 +477,91 @@ impl Part for PosixPart {
     fn record_chunk(&self, index: u64, hash: &[u8; 32]) -> Result<()> {
         self.live()?;
         match &self.journal {
-            Some(j) => Ok(j.append(index, hash)?),
+            Some(j) => j.append(index, hash).map_err(doing("cannot write journal")),
             None => Ok(()),
         }
     }
 
     fn seal(&self, first: u64, end: u64, stripe_hash: &[u8; 32]) -> Result<()> {
         self.live()?;
-        match &self.journal {
-            Some(j) => seal_durable(self.file()?, j, first, end, stripe_hash),
-            None => Err(StoreError::new(Kind::Other, "a part of one chunk keeps no journal to seal")),
-        }
+        let Some(journal) = &self.journal else {
+            return Err(StoreError::new(Kind::Other, "a part of one chunk keeps no journal to seal"));
+        };
+        // The temporary as written (all of a stripe's chunks resumed: opened now), never created
+        // here: a seal over a file that is not there would vouch for data nobody wrote.
+        let opened;
+        let file = match self.file.get() {
+            Some(Ok(f)) => f,
+            _ => {
+                opened = fsops::open_read(&*self.dir()?, &self.tmp)?;
+                &opened
+            }
+        };
+        seal_durable(file, journal, first, end, stripe_hash)
     }
 
-    fn finish(&self, meta: &Meta) -> Result<()> {
+    /// Opens the temporary, writes, sets the length and (given `meta`) the metadata, starts the
+    /// writeback (write-behind), remembers which file it wrote, and closes it: `finish` then
+    /// needs no descriptor (unless it re-reads, or sets metadata not set here).
+    fn write_whole(&self, data: &[u8], meta: Option<&Meta>) -> Result<()> {
         self.live()?;
-        // A fresh file whose last byte was written already has its length; otherwise a hole at
-        // the end, or a longer stale temporary, needs the truncate.
-        if !(self.fresh && self.written_end.load(Relaxed) == self.size) {
-            self.file()?.set_len(self.size)?;
+        debug_assert_eq!(data.len() as u64, self.size);
+        let dir = self.dir().map_err(|e| e.doing("cannot open the directory"))?;
+        // Out of descriptors, the stream waits for files in flight to land and give theirs back.
+        let file = fsops::waiting_for_descriptors(|| fsops::open_temp(&*dir, &self.tmp)).map_err(doing("cannot create temporary file"))?;
+        // Its writeback is started below, once length and metadata are set too.
+        let end = write_chunk(&file, data, 0, self.fresh, false).map_err(doing("write failed"))?;
+        // A trailing hole, or a longer stale temporary.
+        if end != self.size || !self.fresh {
+            file.set_len(self.size).map_err(doing("cannot set length"))?;
         }
-        fsops::set_meta(self.file()?, meta.mode, meta.mtime)?;
-        // What publish will move must be the file that was written: if anything else took the
-        // temporary's name meanwhile, land nothing.
-        let written = rustix::fs::fstat(self.file()?)?;
-        if !still_holds(&*self.dir()?, &self.tmp, (written.st_dev, written.st_ino))? {
-            return Err(StoreError::new(Kind::Other, REPLACED));
+        if let Some(meta) = meta {
+            fsops::set_meta(&file, meta.mode, meta.mtime).map_err(doing("cannot set mode/mtime"))?;
+            self.meta_applied.store(true, Relaxed);
+        }
+        if self.write_behind {
+            // Asynchronous: queues the file for writeback and returns (no wait).
+            start_writeback(&file, 0, 0);
+        }
+        let st = rustix::fs::fstat(&file).map_err(doing("cannot stat"))?;
+        self.written_end.fetch_max(end, Relaxed);
+        let _ = self.written.set((st.st_dev, st.st_ino));
+        Ok(())
+    }
+
+    /// The re-read flushes the temporary and drops its cached pages first (`reread_hash`).
+    fn finish_verified(&self, meta: &Meta, verify: Option<&[u8; 32]>) -> Result<()> {
+        self.live()?;
+        if let Some(&written) = self.written.get() {
+            // Written whole and closed: opened again (by name beneath its directory, never
+            // through a link) only to re-read it or to set what `write_whole` did not.
+            let pending = !self.meta_applied.load(Relaxed) && (meta.mode.is_some() || meta.mtime.is_some());
+            if verify.is_some() || pending {
+                let dir = self.dir().map_err(|e| e.doing("cannot open the directory"))?;
+                let file = fsops::waiting_for_descriptors(|| fsops::open_read(&*dir, &self.tmp)).map_err(doing(if verify.is_some() { "cannot re-read for verification" } else { "cannot open" }))?;
+                let st = rustix::fs::fstat(&file).map_err(doing("cannot stat"))?;
+                if (st.st_dev, st.st_ino) != written {
+                    return Err(StoreError::new(Kind::Other, REPLACED));
+                }
+                if let Some(expected) = verify {
+                    self.reread_matches(&file, expected)?;
+                }
+                fsops::set_meta(&file, meta.mode, meta.mtime).map_err(doing("cannot set mode/mtime"))?;
+            }
+            self.check_still_holds(written)?;
+        } else {
+            let file = self.file()?;
+            // A fresh file whose last byte was written already has its length; otherwise a hole
+            // at the end, or a longer stale temporary, needs the truncate.
+            if !(self.fresh && self.written_end.load(Relaxed) == self.size) {
+                file.set_len(self.size).map_err(doing("cannot set length"))?;
+            }
+            if let Some(expected) = verify {
+                self.reread_matches(file, expected)?;
+            }
+            fsops::set_meta(file, meta.mode, meta.mtime).map_err(doing("cannot set mode/mtime"))?;
+            let written = rustix::fs::fstat(file).map_err(doing("cannot stat"))?;
+            self.check_still_holds((written.st_dev, written.st_ino))?;
         }
         self.finished.store(true, Relaxed);
         Ok(())
@@ -467,10 +574,15 @@ impl Part for PosixPart {
         }
         // No look first (a metadata round trip on a parallel file system): a directory under
         // the final name makes the rename itself fail (EISDIR), and nothing changes.
-        let dir = self.dir()?;
+        let dir = self.dir().map_err(|e| e.doing("cannot rename into place"))?;
         fsops::rename_at(&*dir, &self.tmp, &self.name).map_err(|e| match e.raw_os_error() {
-            Some(libc::EISDIR) => StoreError { kind: Kind::Conflict, errno: Some(libc::EISDIR), message: "a directory stands under the final name; nothing was renamed into place".into() },
-            _ => StoreError::from(e),
+            Some(libc::EISDIR) => StoreError {
+                kind: Kind::Conflict,
+                errno: Some(libc::EISDIR),
+                message: "a directory stands under the final name; nothing was renamed into place".into(),
+                what: Some("cannot rename into place"),
+            },
+            _ => StoreError::from(e).doing("cannot rename into place"),
         })?;
         self.gone.store(true, Relaxed);
         if self.journal.is_some() {
@@ -590,6 +702,7 @@ pub(crate) fn write_sparse(file: &File, data: &[u8], off: u64) -> io::Result<u64
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use std::os::unix::ffi::OsStrExt;
     use std::path::{Path, PathBuf};
 
     use super::*;
@@ -660,6 +773,48 @@ pub(crate) mod tests {
             names.sort();
             names == ["outside", "root"] && std::fs::read(self.top.join("outside/keep")).ok().as_deref() == Some(&b"precious"[..])
         }
+    }
+
+    /// A one-chunk part written whole holds no descriptor afterwards; finish (metadata set at
+    /// the write) and publish open none. One whose temporary was replaced meanwhile (another
+    /// inode under its name) is not finished, nor published.
+    #[test]
+    fn written_whole_a_part_holds_no_descriptor() {
+        let (s, h) = fixture_unconfined();
+        let meta = Meta { mode: Some(0o640), mtime: Some((1_600_000_000, 7)) };
+        let (p, _) = s.open_part(b"a", &crate::store::conformance::spec(5, 64)).unwrap();
+        p.write_whole(b"hello", Some(&meta)).unwrap();
+        assert!(p.file.get().is_none(), "no descriptor kept");
+        p.finish(&meta).unwrap();
+        assert!(p.file.get().is_none(), "none opened by finish");
+        p.publish().unwrap();
+        assert_eq!(h.read_file(b"a").as_deref(), Some(&b"hello"[..]));
+        let (p, _) = s.open_part(b"gone", &crate::store::conformance::spec(4, 64)).unwrap();
+        p.write_whole(b"abcd", None).unwrap();
+        let tag = Tag::of(&File::open(&h.root).unwrap()).unwrap();
+        let tmp = h.root.join(std::ffi::OsStr::from_bytes(&tag.temp_names(b"gone").0));
+        // Made while the written one still exists, so never its inode again.
+        std::fs::write(h.root.join("other"), b"abcd").unwrap();
+        std::fs::rename(h.root.join("other"), &tmp).unwrap();
+        assert_eq!(p.finish(&Meta::default()).unwrap_err().message, REPLACED);
+        assert!(p.publish().is_err());
+    }
+
+    /// Errors name the step that failed, as the receiver reports it.
+    #[test]
+    fn a_temporary_that_cannot_be_created_says_so() {
+        use std::os::unix::fs::PermissionsExt;
+        let (s, h) = fixture_unconfined();
+        s.mkdir_all(b"ro").unwrap();
+        let (p, _) = s.open_part(b"ro/f", &crate::store::conformance::spec(8, 4)).unwrap();
+        let (q, _) = s.open_part(b"ro/g", &crate::store::conformance::spec(2, 4)).unwrap();
+        std::fs::set_permissions(h.root.join("ro"), std::fs::Permissions::from_mode(0o500)).unwrap();
+        if std::fs::write(h.root.join("ro/probe"), b"").is_ok() {
+            return; // root: permissions do not apply
+        }
+        assert_eq!(p.write_at(0, b"abcd").unwrap_err().what, Some("cannot create temporary file"));
+        assert_eq!(q.write_whole(b"ab", None).unwrap_err().what, Some("cannot create temporary file"));
+        std::fs::set_permissions(h.root.join("ro"), std::fs::Permissions::from_mode(0o700)).unwrap();
     }
 
     #[test]
