@@ -432,11 +432,15 @@ impl DaemonConn {
 /// can ask for. Every connection is admitted by the gate (`limits`): at most so many, and each
 /// must authenticate within the deadline.
 pub fn serve_daemon(listener: TcpListener, roots: Roots, secret: Vec<u8>, hooks: Hooks, config: DaemonConfig) -> std::io::Result<()> {
-    let registry: Registry = Arc::default();
-    let key = tern_proto::auth::token_key(&secret);
     let gate = Gate::new(config.limits);
-    let policy = Arc::new(config.dial);
-    let links_out = config.allow_links_out;
+    let daemon = Arc::new(Daemon {
+        registry: Arc::default(),
+        roots,
+        key: tern_proto::auth::token_key(&secret),
+        hooks,
+        policy: Arc::new(config.dial),
+        allow_links_out: config.allow_links_out,
+    });
     for conn in listener.incoming() {
         let sock = match conn {
             Ok(s) => s,
@@ -464,9 +468,9 @@ pub fn serve_daemon(listener: TcpListener, roots: Roots, secret: Vec<u8>, hooks:
                 continue;
             }
         };
-        let (registry, roots, hooks, policy) = (registry.clone(), roots.clone(), hooks.clone(), policy.clone());
+        let daemon = daemon.clone();
         let spawned = crate::threads::spawn("tern-conn", move || {
-            if let Err(e) = daemon_connection(sock, peer, conn, &registry, &roots, &key, &hooks, policy, links_out) {
+            if let Err(e) = daemon_connection(sock, peer, conn, &daemon) {
                 tracing::debug!("{peer}: {e}");
             }
         });
@@ -498,18 +502,19 @@ fn refuse_busy(sock: TcpStream, why: &str) {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn daemon_connection(
-    sock: TcpStream,
-    peer: SocketAddr,
-    mut conn: Conn,
-    registry: &Registry,
-    roots: &Roots,
-    key: &[u8; 32],
-    hooks: &Hooks,
+/// What every connection of a daemon shares: its sessions, roots, key, hooks and policy.
+struct Daemon {
+    registry: Registry,
+    roots: Roots,
+    key: [u8; 32],
+    hooks: Hooks,
     policy: Arc<DialPolicy>,
     allow_links_out: bool,
-) -> Result<(), TransferError> {
+}
+
+fn daemon_connection(sock: TcpStream, peer: SocketAddr, mut conn: Conn, daemon: &Daemon) -> Result<(), TransferError> {
+    let Daemon { registry, roots, key, hooks, policy, allow_links_out } = daemon;
+    let (policy, allow_links_out) = (policy.clone(), *allow_links_out);
     let mut kind = [0u8; 1];
     (&sock).read_exact(&mut kind).map_err(crate::net::control::net_err)?;
     match kind[0] {
