@@ -433,14 +433,7 @@ impl DaemonConn {
 /// must authenticate within the deadline.
 pub fn serve_daemon(listener: TcpListener, roots: Roots, secret: Vec<u8>, hooks: Hooks, config: DaemonConfig) -> std::io::Result<()> {
     let gate = Gate::new(config.limits);
-    let daemon = Arc::new(Daemon {
-        registry: Arc::default(),
-        roots,
-        key: tern_proto::auth::token_key(&secret),
-        hooks,
-        policy: Arc::new(config.dial),
-        allow_links_out: config.allow_links_out,
-    });
+    let daemon = Arc::new(Daemon { registry: Arc::default(), roots, key: tern_proto::auth::token_key(&secret), hooks, policy: Arc::new(config.dial), allow_links_out: config.allow_links_out });
     for conn in listener.incoming() {
         let sock = match conn {
             Ok(s) => s,
