@@ -28,7 +28,6 @@ use crate::net::datastream::DataConn;
 use crate::net::seal::TAG_LEN;
 use crate::progress::Progress;
 use crate::store::fsops::{self, Beneath, DestRoot, Dir};
-use crate::store::hashing::hash_file;
 use crate::store::layout::{self, Layout};
 use crate::store::posix::{DirCache, PosixPart, PosixSink};
 use crate::store::{self, Part as _, Sink as _};
@@ -842,27 +841,26 @@ fn identical(ctx: &mut Ctx, rel: &[u8], e: &Entry) -> Result<bool, TransferError
         return Ok(false);
     }
     let display = ctx.root.as_ref().unwrap().display(rel);
-    let dir = dir_fd(ctx, parent(rel)).map_err(|err| TransferError::io(Side::Destination, display.clone(), "cannot open the directory", &err))?;
-    let name = file_name(rel);
-    let Some(st) = fsops::stat_at(&*dir, name).map_err(|err| TransferError::io(Side::Destination, display.clone(), "cannot stat", &err))? else {
+    // Created if missing (and then known to hold nothing), as `prepare` would.
+    dir_fd(ctx, parent(rel)).map_err(|err| TransferError::io(Side::Destination, display.clone(), "cannot open the directory", &err))?;
+    let sink = posix_sink(ctx);
+    let Some(st) = sink.stat(rel).map_err(|err| err.to_transfer(Side::Destination, display.clone(), "cannot stat"))? else {
         return Ok(false);
     };
-    let kind = st.st_mode & libc::S_IFMT;
-    if kind == libc::S_IFDIR {
+    if st.kind == store::EntryType::Dir {
         return Err(TransferError::file(Side::Destination, display, "a directory stands where this file should go; move it away and re-run"));
     }
     if ctx.p.options.ignore_existing() {
         return Ok(true);
     }
-    if kind != libc::S_IFREG || st.st_size as u64 != e.size {
+    if st.kind != store::EntryType::File || st.size != e.size {
         return Ok(false);
     }
     if let Some(want) = e.hash.filter(|_| ctx.p.options.checksum()) {
-        let f = fsops::open_read(&*dir, name).map_err(|err| TransferError::io(Side::Destination, display.clone(), "cannot read", &err))?;
-        let have = hash_file(&f, e.size, ctx.p.options.chunk_size).map_err(|err| TransferError::io(Side::Destination, display, "cannot read", &err))?;
+        let have = sink.hash_file(rel, e.size, ctx.p.options.chunk_size).map_err(|err| err.to_transfer(Side::Destination, display, "cannot read"))?;
         return Ok(have == want);
     }
-    Ok(st.st_mtime == e.mtime_s && st.st_mtime_nsec as u32 == e.mtime_ns)
+    Ok(st.mtime == (e.mtime_s, e.mtime_ns))
 }
 
 fn plan_entry(ctx: &mut Ctx, e: Entry, rel: Vec<u8>) -> Result<(), TransferError> {
@@ -955,42 +953,6 @@ fn prepare(ctx: &mut Ctx, id: u64, start_over: bool) -> Result<Prepared, Transfe
     Ok(Prepared { resumed: resume.chunks, sealed: resume.sealed })
 }
 
-/// `link.path` becomes another name of `link.target` (a regular file beneath the root), through a
-/// temporary name renamed into place; a name already linked to it is left alone. Where the file
-/// system cannot link, the target's data is copied instead.
-fn make_hard_link(root: &DestRoot, link: &Entry, preserve: bool) -> std::io::Result<()> {
-    let target_dir = root.dir(parent(&link.target))?;
-    let target_name = file_name(&link.target);
-    let target = fsops::stat_at(&target_dir, target_name)?.ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOENT))?;
-    if target.st_mode & libc::S_IFMT != libc::S_IFREG {
-        return Err(std::io::Error::other("its first name is not a regular file at the destination"));
-    }
-    let dir = Dir::new(root.dir(parent(&link.path))?)?;
-    let name = file_name(&link.path);
-    match fsops::stat_at(&dir, name)? {
-        Some(st) if st.st_dev == target.st_dev && st.st_ino == target.st_ino => return Ok(()),
-        Some(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => return Err(std::io::Error::from_raw_os_error(libc::EISDIR)),
-        _ => {}
-    }
-    let (tmp, _) = dir.tag.temp_names(name);
-    fsops::unlink_at(&dir, &tmp)?;
-    match rustix::fs::linkat(&target_dir, target_name, &dir, &tmp[..], rustix::fs::AtFlags::empty()) {
-        Ok(()) => {}
-        Err(e) if [rustix::io::Errno::XDEV, rustix::io::Errno::PERM, rustix::io::Errno::MLINK, rustix::io::Errno::NOTSUP].contains(&e) => {
-            let mut from = fsops::open_read(&target_dir, target_name)?;
-            let mut to = fsops::open_temp(&dir, &tmp)?;
-            std::io::copy(&mut from, &mut to)?;
-            let md = from.metadata()?;
-            use std::os::unix::fs::MetadataExt;
-            let mtime = preserve.then(|| (md.mtime(), md.mtime_nsec() as u32));
-            fsops::set_meta(&to, preserve.then_some(md.mode() & 0o7777), mtime)?;
-            to.sync_all()?;
-        }
-        Err(e) => return Err(e.into()),
-    }
-    fsops::rename_at(&dir, &tmp, name)
-}
-
 /// After every file: hard links, symlinks, directory metadata, `--delete`, the resume marker.
 fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
     // An empty source's contents (`sync EMPTY/ DST`): nothing named the layout, but DST is
@@ -1013,19 +975,22 @@ fn finish(ctx: &mut Ctx) -> Result<(), TransferError> {
         return Ok(());
     }
     let Some(root) = ctx.root.as_ref() else { return Ok(()) };
+    let sink = posix_sink(ctx);
+    // `link.path` becomes another name of `link.target` (a regular file beneath the root), or a
+    // copy of it where the file system cannot link (`Sink::hard_link`).
     for link in std::mem::take(&mut ctx.hard_links) {
+        let display = sink.display(&link.path);
         let r = if ctx.failed_files.contains(&link.target) {
-            Err(std::io::Error::other(format!("'{}', its first name, did not land", String::from_utf8_lossy(&link.target))))
+            let e = std::io::Error::other(format!("'{}', its first name, did not land", String::from_utf8_lossy(&link.target)));
+            Err(TransferError::io(Side::Destination, display, "cannot create hard link", &e))
         } else {
-            make_hard_link(root, &link, ctx.p.options.preserve())
+            sink.hard_link(&link.path, &link.target, ctx.p.options.preserve()).map_err(|e| e.to_transfer(Side::Destination, display, "cannot create hard link"))
         };
-        if let Err(e) = r {
-            let err = TransferError::io(Side::Destination, root.display(&link.path), "cannot create hard link", &e);
+        if let Err(err) = r {
             ctx.writer.send(&Control::FileError { id: link.id, side: Side::Destination, message: err.message.clone() })?;
             ctx.p.progress.error(err);
         }
     }
-    let sink = posix_sink(ctx);
     for link in std::mem::take(&mut ctx.symlinks) {
         let mtime = ctx.p.options.preserve().then_some((link.mtime_s, link.mtime_ns));
         if let Err(e) = sink.symlink(&link.path, &link.target, mtime) {

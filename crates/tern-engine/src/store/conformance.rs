@@ -50,6 +50,10 @@ pub(crate) fn run<S: Sink, H: Harness>(make: impl Fn() -> (S, H)) {
         ("a_part_in_a_fresh_directory_is_fresh_and_resumable", a_part_in_a_fresh_directory_is_fresh_and_resumable),
         ("a_part_written_whole_publishes_with_its_metadata", a_part_written_whole_publishes_with_its_metadata),
         ("a_verified_finish_refuses_what_storage_garbled", a_verified_finish_refuses_what_storage_garbled),
+        ("a_hard_link_reads_the_same_bytes_and_again_is_a_no_op", a_hard_link_reads_the_same_bytes_and_again_is_a_no_op),
+        ("a_hard_link_refuses_a_directory_and_a_target_not_a_file", a_hard_link_refuses_a_directory_and_a_target_not_a_file),
+        ("a_hard_link_through_an_escaping_symlink_is_refused", a_hard_link_through_an_escaping_symlink_is_refused),
+        ("hash_file_is_the_whole_file_hash_of_what_was_published", hash_file_is_the_whole_file_hash_of_what_was_published),
     ];
     for (name, test) in tests {
         let (sink, harness) = make();
@@ -234,6 +238,9 @@ fn invalid_paths_are_refused<S: Sink, H: Harness>(s: &S, h: &H) {
         assert_eq!(kind(s.remove_tree(bad)), Kind::Refused, "remove_tree {what}");
         assert_eq!(kind(s.symlink(bad, b"t", None)), Kind::Refused, "symlink {what}");
         assert_eq!(kind(s.set_dir_meta(bad, &Meta::default())), Kind::Refused, "set_dir_meta {what}");
+        assert_eq!(kind(s.hard_link(bad, b"a", false)), Kind::Refused, "hard_link {what}");
+        assert_eq!(kind(s.hard_link(b"l", bad, false)), Kind::Refused, "hard_link to {what}");
+        assert_eq!(kind(s.hash_file(bad, 1, 64)), Kind::Refused, "hash_file {what}");
     }
     assert_eq!(kind(s.open_part(b"", &sp)), Kind::Refused, "the root is not a file");
     assert_eq!(kind(s.remove_tree(b"")), Kind::Refused, "the root cannot be removed");
@@ -559,4 +566,92 @@ fn a_verified_finish_refuses_what_storage_garbled<S: Sink, H: Harness>(s: &S, h:
     p.finish_verified(&Meta::default(), Some(&whole_hash(&data, 256))).unwrap();
     p.publish().unwrap();
     assert_eq!(h.read_file(b"v"), Some(data));
+}
+
+/// A hard link to a published file reads its bytes; made again it changes nothing; over another
+/// file or a link it replaces them; in a subdirectory it links across directories.
+fn a_hard_link_reads_the_same_bytes_and_again_is_a_no_op<S: Sink, H: Harness>(s: &S, h: &H) {
+    s.mkdir_all(b"d").unwrap();
+    let meta = Meta { mode: Some(0o640), mtime: Some((1_600_000_000, 7)) };
+    let (p, _) = s.open_part(b"f", &spec(5, 64)).unwrap();
+    p.write_at(0, b"hello").unwrap();
+    p.finish(&meta).unwrap();
+    s.barrier().unwrap();
+    p.publish().unwrap();
+    s.hard_link(b"d/g", b"f", true).unwrap();
+    assert_eq!(h.read_file(b"d/g").as_deref(), Some(&b"hello"[..]));
+    let st = s.stat(b"d/g").unwrap().unwrap();
+    assert_eq!((st.kind, st.size, st.mode, st.mtime), (EntryType::File, 5, 0o640, (1_600_000_000, 7)));
+    s.hard_link(b"d/g", b"f", true).unwrap();
+    assert_eq!(s.stat(b"d/g").unwrap(), Some(st), "linked again: nothing changes");
+    assert_eq!(h.read_file(b"f").as_deref(), Some(&b"hello"[..]));
+    put(s, b"other", b"another file");
+    s.symlink(b"ln", b"f", None).unwrap();
+    for over in [&b"other"[..], b"ln"] {
+        s.hard_link(over, b"f", false).unwrap();
+        assert_eq!(h.read_file(over).as_deref(), Some(&b"hello"[..]), "{}", String::from_utf8_lossy(over));
+    }
+    assert_eq!(names(s, b""), [("d".to_string(), true), ("f".to_string(), false), ("ln".to_string(), false), ("other".to_string(), false)]);
+    assert_eq!(names(s, b"d"), [("g".to_string(), false)], "no temporary left");
+}
+
+/// A directory under the link's name is `Conflict` and stays; a target that is missing is
+/// `NotFound`, one that is a directory or a symlink (never followed) is refused.
+fn a_hard_link_refuses_a_directory_and_a_target_not_a_file<S: Sink, H: Harness>(s: &S, h: &H) {
+    put(s, b"f", b"data");
+    s.mkdir_all(b"dir/inside").unwrap();
+    assert_eq!(kind(s.hard_link(b"dir", b"f", false)), Kind::Conflict);
+    assert_eq!(s.stat(b"dir").unwrap().unwrap().kind, EntryType::Dir);
+    assert_eq!(names(s, b"dir"), [("inside".to_string(), true)]);
+    assert_eq!(kind(s.hard_link(b"l", b"missing", false)), Kind::NotFound);
+    assert_eq!(kind(s.hard_link(b"l", b"nodir/missing", false)), Kind::NotFound);
+    s.symlink(b"ln", b"f", None).unwrap();
+    for target in [&b"dir"[..], b"ln"] {
+        let e = s.hard_link(b"l", target, false).unwrap_err();
+        assert_eq!(e.kind, Kind::Refused, "{}", String::from_utf8_lossy(target));
+        assert!(e.message.contains("not a regular file"), "{e}");
+    }
+    assert!(s.stat(b"l").unwrap().is_none() && h.read_file(b"l").is_none(), "nothing made");
+    assert_eq!(names(s, b""), [("dir".to_string(), true), ("f".to_string(), false), ("ln".to_string(), false)]);
+}
+
+/// Neither the link's path nor its target resolves through a symlink out of the root: refused,
+/// nothing outside made or changed.
+fn a_hard_link_through_an_escaping_symlink_is_refused<S: Sink, H: Harness>(s: &S, h: &H) {
+    put(s, b"f", b"data");
+    s.mkdir_all(b"d").unwrap();
+    h.plant_symlink(b"a", b"..");
+    h.plant_symlink(b"d/up", b"../..");
+    h.plant_symlink(b"abs", b"/");
+    for via in [&b"a/outside/keep"[..], b"d/up/outside/keep", b"abs/tmp/x"] {
+        let what = String::from_utf8_lossy(via);
+        assert_eq!(kind(s.hard_link(b"l", via, false)), Kind::Refused, "target {what}");
+        assert_eq!(kind(s.hard_link(via, b"f", false)), Kind::Refused, "path {what}");
+        assert!(s.hash_file(via, 8, 64).is_err(), "hash_file {what}");
+    }
+    assert!(s.stat(b"l").unwrap().is_none());
+    assert!(h.outside_untouched());
+}
+
+/// `hash_file` of a published file is the whole-file hash of its bytes, for any chunk size; a
+/// missing file is `NotFound`, a directory or a symlink is not hashed.
+fn hash_file_is_the_whole_file_hash_of_what_was_published<S: Sink, H: Harness>(s: &S, _h: &H) {
+    let sp = spec(5 * 64 + 7, 64);
+    let (p, _) = s.open_part(b"f", &sp).unwrap();
+    write_chunks(&p, &sp, 0..6);
+    p.finish(&Meta::default()).unwrap();
+    s.barrier().unwrap();
+    p.publish().unwrap();
+    let data = content(&sp);
+    for chunk_size in [64, 100, 1 << 20] {
+        assert_eq!(s.hash_file(b"f", sp.size, chunk_size).unwrap(), whole_hash(&data, chunk_size), "chunks of {chunk_size}");
+    }
+    put(s, b"empty", b"");
+    assert_eq!(s.hash_file(b"empty", 0, 64).unwrap(), whole_hash(b"", 64));
+    assert!(s.hash_file(b"f", sp.size + 1, 64).is_err(), "shorter than the size asked");
+    assert_eq!(kind(s.hash_file(b"missing", 1, 64)), Kind::NotFound);
+    s.mkdir_all(b"d").unwrap();
+    s.symlink(b"ln", b"f", None).unwrap();
+    assert!(s.hash_file(b"d", 0, 64).is_err(), "a directory");
+    assert!(s.hash_file(b"ln", sp.size, 64).is_err(), "a symlink is not followed");
 }

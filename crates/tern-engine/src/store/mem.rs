@@ -333,6 +333,48 @@ impl Sink for MemSink {
         Ok(())
     }
 
+    /// Without links of its own, it copies: `rel` gets the target's bytes (their durability
+    /// too), mode and mtime, and a name that already holds the target (the same path) is left
+    /// alone. `preserve` changes nothing: a link shares them.
+    fn hard_link(&self, rel: &[u8], target: &[u8], _preserve: bool) -> Result<()> {
+        check_entry(rel)?;
+        check_entry(target)?;
+        let mut st = self.lock();
+        let from = join(&st.dir(parent(target), true)?, file_name(target));
+        let (data, mode, mtime) = match st.nodes.get(&from) {
+            Some(Node::File { data, mode, mtime }) => (data.clone(), *mode, *mtime),
+            Some(_) => return Err(StoreError::refused("its first name is not a regular file at the destination")),
+            None => return Err(StoreError::errno(libc::ENOENT)),
+        };
+        let key = join(&st.dir(parent(rel), true)?, file_name(rel));
+        match st.nodes.get(&key) {
+            _ if key == from => return Ok(()),
+            Some(Node::Dir { .. }) => return Err(StoreError::errno(libc::EISDIR)),
+            _ => {}
+        }
+        st.nodes.insert(key, Node::File { data, mode, mtime });
+        Ok(())
+    }
+
+    fn hash_file(&self, rel: &[u8], size: u64, chunk_size: u32) -> Result<[u8; 32]> {
+        check_entry(rel)?;
+        let st = self.lock();
+        let key = join(&st.dir(parent(rel), true)?, file_name(rel));
+        let data = match st.nodes.get(&key) {
+            Some(Node::File { data, .. }) => &data.now,
+            Some(_) => return Err(StoreError::refused("not a regular file; refused")),
+            None => return Err(StoreError::errno(libc::ENOENT)),
+        };
+        let Some(data) = data.get(..size as usize) else { return Err(StoreError::new(Kind::Other, "failed to fill whole buffer")) };
+        let hashes: Vec<[u8; 32]> = (0..chunk_count(size, chunk_size))
+            .map(|i| {
+                let (off, len) = tern_proto::chunk::chunk_range(size, chunk_size, i);
+                crate::faults::chunk_hash(&data[off as usize..(off + u64::from(len)) as usize])
+            })
+            .collect();
+        Ok(tern_proto::chunk::file_hash(size, &hashes))
+    }
+
     fn set_dir_meta(&self, rel: &[u8], meta: &Meta) -> Result<()> {
         check(rel)?;
         let mut st = self.lock();

@@ -14,9 +14,10 @@
 //! confines what it resolves beneath the root (a symlink out is refused, never followed).
 //!
 //! Used by the receiver (`driver/receiver.rs`): every partial file (`open_part`, `Part`), the
-//! finalizer's `barrier` (one per batch), `--delete` and its dry-run plan, symlinks and directory
-//! metadata; and by `tern rm` (`fs_request.rs`).
-#![cfg_attr(not(test), allow(dead_code, reason = "what only the tests and the stores to come use yet: Features, Sink::{features, stat, mkdir_all}, Part::{read_at, finish}, Source::display"))]
+//! finalizer's `barrier` (one per batch), `--delete` and its dry-run plan, symlinks, hard links,
+//! directory metadata and the skip-identical check (`stat`, `hash_file`); and by `tern rm`
+//! (`fs_request.rs`).
+#![cfg_attr(not(test), allow(dead_code, reason = "what only the tests and the stores to come use yet: Features, Sink::{features, mkdir_all}, Part::{read_at, finish}, Source::display"))]
 
 use std::collections::HashSet;
 use std::fmt;
@@ -325,6 +326,23 @@ pub(crate) trait Sink: Send + Sync + 'static {
     /// [`Kind::Conflict`]); `mtime` set on the link itself. A store may refuse a target that could
     /// resolve outside the root ([`Kind::Refused`]).
     fn symlink(&self, rel: &[u8], target: &[u8], mtime: Option<(i64, u32)>) -> Result<()>;
+
+    /// `rel` becomes another name of `target`, a regular file (a final symlink there is not one:
+    /// it is never followed), through a temporary name put in place in one step: a file or link
+    /// at `rel` is replaced, a name already linked to `target` is left alone, a directory at
+    /// `rel` is [`Kind::Conflict`] (EISDIR) and nothing changes. `target` missing:
+    /// [`Kind::NotFound`]; not a regular file: [`Kind::Refused`]. Both paths are confined beneath
+    /// the root like every other operation. Where the store cannot link (POSIX: the file system
+    /// refuses, EXDEV, EPERM, EMLINK, ENOTSUP; a store without links at all) it copies
+    /// `target`'s bytes instead, durably, with its mode and mtime where `preserve`; the copy
+    /// is then a separate file.
+    fn hard_link(&self, rel: &[u8], target: &[u8], preserve: bool) -> Result<()>;
+
+    /// The whole-file hash (`tern_proto::chunk::file_hash` of its chunks of `chunk_size`) of the
+    /// first `size` bytes of regular file `rel` (the skip-identical check of `--checksum`), read
+    /// from the store, never through a final symlink. Missing: [`Kind::NotFound`]; shorter than
+    /// `size`: an error.
+    fn hash_file(&self, rel: &[u8], size: u64, chunk_size: u32) -> Result<[u8; 32]>;
 
     /// Mode and mtime of directory `rel` (the empty path: the root).
     fn set_dir_meta(&self, rel: &[u8], meta: &Meta) -> Result<()>;

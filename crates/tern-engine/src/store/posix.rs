@@ -141,6 +141,9 @@ impl PosixSink {
     }
 }
 
+/// Why a hard link's target is refused when it is not a regular file (the receiver's message).
+const NOT_A_FILE: &str = "its first name is not a regular file at the destination";
+
 fn reserved(rel: &[u8]) -> StoreError {
     StoreError::refused(format!("'{}' is in the name space tern keeps for its own files in that directory; refused", String::from_utf8_lossy(rel)))
 }
@@ -330,6 +333,54 @@ impl Sink for PosixSink {
             let _ = fsops::unlink_at(&dir, &tmp);
         }
         Ok(placed?)
+    }
+
+    fn hard_link(&self, rel: &[u8], target: &[u8], preserve: bool) -> Result<()> {
+        check_entry(rel)?;
+        check_entry(target)?;
+        let target_dir = self.root().dir(parent(target))?;
+        let target_name = file_name(target);
+        let Some(st) = fsops::stat_at(&target_dir, target_name)? else { return Err(StoreError::errno(libc::ENOENT)) };
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(StoreError::refused(NOT_A_FILE));
+        }
+        let dir = self.parent_of(rel)?;
+        let name = file_name(rel);
+        match fsops::stat_at(&dir, name)? {
+            Some(at) if at.st_dev == st.st_dev && at.st_ino == st.st_ino => return Ok(()),
+            Some(at) if at.st_mode & libc::S_IFMT == libc::S_IFDIR => return Err(StoreError::errno(libc::EISDIR)),
+            _ => {}
+        }
+        let (tmp, _) = dir.tag.temp_names(name);
+        fsops::unlink_at(&dir, &tmp)?;
+        match rustix::fs::linkat(&target_dir, target_name, &dir, &tmp[..], rustix::fs::AtFlags::empty()) {
+            Ok(()) => {}
+            Err(e) if [rustix::io::Errno::XDEV, rustix::io::Errno::PERM, rustix::io::Errno::MLINK, rustix::io::Errno::NOTSUP].contains(&e) => {
+                let mut from = fsops::open_read(&target_dir, target_name)?;
+                let mut to = fsops::open_temp(&dir, &tmp)?;
+                io::copy(&mut from, &mut to)?;
+                let md = from.metadata()?;
+                use std::os::unix::fs::MetadataExt;
+                let mtime = preserve.then(|| (md.mtime(), md.mtime_nsec() as u32));
+                fsops::set_meta(&to, preserve.then_some(md.mode() & 0o7777), mtime)?;
+                to.sync_all()?;
+            }
+            Err(e) => return Err(e.into()),
+        }
+        Ok(fsops::rename_at(&dir, &tmp, name)?)
+    }
+
+    fn hash_file(&self, rel: &[u8], size: u64, chunk_size: u32) -> Result<[u8; 32]> {
+        check_entry(rel)?;
+        let dir = self.root().dir(parent(rel))?;
+        // Looked at first: opening a fifo for reading would wait for a writer.
+        match fsops::stat_at(&dir, file_name(rel))? {
+            None => return Err(StoreError::errno(libc::ENOENT)),
+            Some(st) if st.st_mode & libc::S_IFMT != libc::S_IFREG => return Err(StoreError::refused("not a regular file; refused")),
+            Some(_) => {}
+        }
+        let f = fsops::open_read(&dir, file_name(rel))?;
+        Ok(crate::store::hashing::hash_file(&f, size, chunk_size)?)
     }
 
     fn set_dir_meta(&self, rel: &[u8], meta: &Meta) -> Result<()> {
