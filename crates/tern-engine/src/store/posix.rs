@@ -215,8 +215,11 @@ impl Sink for PosixSink {
         if rel.is_empty() {
             return Ok(Some(stat_of(&rustix::fs::fstat(self.root().dir(b"")?)?)));
         }
-        let dir = self.root().dir(parent(rel))?;
-        Ok(fsops::stat_at(&dir, file_name(rel))?.as_ref().map(stat_of))
+        // Through the directory cache: the receiver asks this of every file a re-run finds in
+        // place, and opening the parent beneath the root each time costs a path walk (a metadata
+        // round trip per component on a parallel file system).
+        let dir = fsops::waiting_for_descriptors(|| self.dirs.get(parent(rel)))?;
+        Ok(fsops::stat_at(&*dir, file_name(rel))?.as_ref().map(stat_of))
     }
 
     fn mkdir_all(&self, rel: &[u8]) -> Result<bool> {
@@ -372,14 +375,14 @@ impl Sink for PosixSink {
 
     fn hash_file(&self, rel: &[u8], size: u64, chunk_size: u32) -> Result<[u8; 32]> {
         check_entry(rel)?;
-        let dir = self.root().dir(parent(rel))?;
+        let dir = fsops::waiting_for_descriptors(|| self.dirs.get(parent(rel)))?;
         // Looked at first: opening a fifo for reading would wait for a writer.
-        match fsops::stat_at(&dir, file_name(rel))? {
+        match fsops::stat_at(&*dir, file_name(rel))? {
             None => return Err(StoreError::errno(libc::ENOENT)),
             Some(st) if st.st_mode & libc::S_IFMT != libc::S_IFREG => return Err(StoreError::refused("not a regular file; refused")),
             Some(_) => {}
         }
-        let f = fsops::open_read(&dir, file_name(rel))?;
+        let f = fsops::open_read(&*dir, file_name(rel))?;
         Ok(crate::store::hashing::hash_file(&f, size, chunk_size)?)
     }
 
