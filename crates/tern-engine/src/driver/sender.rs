@@ -402,12 +402,8 @@ impl Driver<'_> {
                 r?;
                 self.machine.walk_done();
             }
-            Event::WalkWarning(e) => {
-                // The receiver hears it too: in a pull it is the one that tells the user, and
-                // it must not --delete what the walk could not see.
-                self.writer.send(&Control::FileError { id: tern_proto::msg::UNANNOUNCED, side: e.side, message: e.message_with_path() })?;
-                progress.error(e);
-            }
+            // The walker told the receiver itself (`walk_warning`), ahead of its manifest's end.
+            Event::WalkWarning(e) => progress.error(e),
             Event::WalkNotice(n) => progress.notice(n),
             Event::NewStream(_) => unreachable!("self_loop spawns the workers"),
             Event::CtrlFailed(e) => return Err(e),
@@ -743,6 +739,16 @@ fn stripe_of(s: &Stripe, size: u64, chunk_size: u32) -> Result<Option<(u64, u64)
 /// Multi-link files whose first name the walk remembers, to announce their other names as links.
 const MAX_HARD_LINKED_FILES: usize = 1_000_000;
 
+/// What the walk skipped goes to the receiver from the walker's own thread, so it is on the wire
+/// before the `ManifestEnd` the walker sends later: in a pull the receiver tells the user, and it
+/// must not `--delete` what the walk could not see. Sent from the main loop instead, it could
+/// arrive after `ManifestEnd` on a busy machine, and a `sync --delete` removed the file (found by
+/// `tests/transfers.rs::a_pull_reports_what_the_remote_walk_skipped` under the full suite).
+fn walk_warning(writer: &CtrlWriter, events: &Sender<Event>, e: TransferError) {
+    let _ = writer.send(&Control::FileError { id: tern_proto::msg::UNANNOUNCED, side: e.side, message: e.message_with_path() });
+    let _ = events.send(Event::WalkWarning(e));
+}
+
 fn walker(events: Sender<Event>, writer: Arc<CtrlWriter>, memory: Arc<Mutex<SendMemory>>, job: WalkJob) {
     let WalkJob { sources, opts, filter, list, stripe, ahead } = job;
     let striped = stripe.as_ref().map(|s| sources.first().map(|src| src.path.join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&s.path))));
@@ -780,9 +786,7 @@ fn walker(events: Sender<Event>, writer: Arc<CtrlWriter>, memory: Arc<Mutex<Send
         writer.send(&Control::Entries(entries))
     };
     let finished = memory.lock().unwrap().finished.clone();
-    let mut warn = |e: TransferError| {
-        let _ = events.send(Event::WalkWarning(e));
-    };
+    let mut warn = |e: TransferError| walk_warning(&writer, &events, e);
     let bases: Vec<Vec<u8>> = sources.iter().filter_map(|s| s.base.clone()).collect();
     // First name of each multi-link file met so far (bounded; beyond, names go as files).
     let mut first_names: HashMap<(u64, u64), Vec<u8>> = HashMap::new();
@@ -810,7 +814,7 @@ fn walker(events: Sender<Event>, writer: Arc<CtrlWriter>, memory: Arc<Mutex<Send
                 Ok(range) => f.stripe = range,
                 Err(why) => {
                     // Sending it whole would publish it under the other stripes' feet.
-                    let _ = events.send(Event::WalkWarning(TransferError::file(Side::Source, f.path.display().to_string(), why)));
+                    walk_warning(&writer, &events, TransferError::file(Side::Source, f.path.display().to_string(), why));
                     return true;
                 }
             }
