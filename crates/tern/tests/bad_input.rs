@@ -364,6 +364,7 @@ fn running_out_of_threads_is_one_clear_line_never_a_panic_or_a_hang() {
         fs::set_permissions(e.unwrap().path(), fs::Permissions::from_mode(0o644)).unwrap();
     }
     fs::set_permissions(&src, fs::Permissions::from_mode(0o755)).unwrap();
+    let mut refused = 0;
     for nproc in [4, 8, 12] {
         let dst = t.path().join(format!("out{nproc}"));
         let mut cmd = Command::new("setpriv");
@@ -379,5 +380,8 @@ fn running_out_of_threads_is_one_clear_line_never_a_panic_or_a_hang() {
         assert!(!e.contains("panicked"), "nproc {nproc}: {e}");
         assert_eq!(e.trim_end().lines().count(), 1, "nproc {nproc}: {e}");
         assert!(e.contains("cannot start a thread") && e.contains("ulimit -u"), "nproc {nproc}: {e}");
+        refused += 1;
     }
+    // A copy needs far more than 4 threads: at least that limit must have been met.
+    assert!(refused > 0, "no limit was low enough to refuse a thread");
 }
