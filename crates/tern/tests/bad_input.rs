@@ -258,6 +258,36 @@ fn daemon_refuses_paths_outside_its_root() {
     assert_eq!(fs::read_dir(&outside).unwrap().count(), 0);
 }
 
+/// A pushing client sends its manifest behind `Open` without waiting for `Ready`
+/// (docs/protocol.md, Flow): when the daemon refuses the request, thousands of entries are
+/// already on their way. The user still reads the daemon's refusal, in one line, at once (no
+/// "broken pipe", no reconnecting into the same refusal), and nothing lands anywhere.
+#[test]
+fn a_refused_push_reports_the_refusal_even_with_its_manifest_in_flight() {
+    let t = scratch();
+    let root = t.path().join("root");
+    let outside = t.path().join("outside");
+    fs::create_dir(&root).unwrap();
+    fs::create_dir(&outside).unwrap();
+    let d = Daemon::start(&root, &t.path().join("token"));
+    let src = t.path().join("src");
+    for i in 0..3000u64 {
+        write_file(&src.join(format!("d{}/f{i}", i % 30)), i, 100);
+    }
+    for _ in 0..3 {
+        let started = std::time::Instant::now();
+        let r = tern(&["cp", "-r", src.to_str().unwrap(), &d.url("/../outside/x"), "--token-file", &d.token_arg()], &[]);
+        assert!(!r.ok(), "accepted");
+        let e = r.stderr();
+        assert!(e.contains("refused") && !e.contains("pipe") && !e.contains("closed"), "{e}");
+        assert_eq!(e.lines().count(), 1, "one line: {e}");
+        // A network error would be retried with backoff (seconds); a refusal is final.
+        assert!(started.elapsed() < Duration::from_secs(5), "took {:?}: {e}", started.elapsed());
+    }
+    assert_eq!(fs::read_dir(&outside).unwrap().count(), 0);
+    assert_eq!(fs::read_dir(&root).unwrap().count(), 0);
+}
+
 /// Locally, links are copied as they are (rsync -a, cp -a); `--safe-links` leaves escaping ones
 /// out; a daemon refuses them (tests/names.rs).
 #[test]

@@ -7,7 +7,7 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -474,37 +474,41 @@ fn run_remote(run: ClientRun<'_>, options: &mut Options, channel: Channel, remot
         (Role::Sender, srcs, Vec::new())
     };
     writer.send(&Control::Open { server_role: role, options: *options, sources, destination })?;
-    let (session_id, data_addr) = match reader.recv()? {
-        Control::Ready { session_id, data_addr, .. } => (session_id, String::from_utf8_lossy(&data_addr).into_owned()),
-        Control::Fatal { side, message } => return Err(TransferError::fatal(side, message)),
-        _ => return Err(TransferError::fatal(Side::Network, "expected the server to be ready")),
-    };
-    let auth = StreamAuth { session_id, session_key, encrypt: !options.no_encrypt() };
     if let Some(listener) = reverse {
+        let (session_id, _) = await_ready(&mut reader)?;
+        let auth = StreamAuth { session_id, session_key, encrypt: !options.no_encrypt() };
         let conns = accept_reverse(listener, &auth, options.streams)?;
         // The server dialled these and nobody can open a replacement (the server decides the
         // same): a corrupted stream stays fatal, as without bit 5.
         return run_local_role(run, *options, Channel { reader, writer }, Streams::Ready(conns), None, push, NO_RESETS);
     }
-    let data_addr = match data_at {
-        Some(a) => a.to_string(),
-        None => data_address(&data_addr, data_host)?,
+    // A pushing client sends its manifest right behind `Open`, without waiting for `Ready`: the
+    // server reads in order and acts on nothing before it has checked the request, so the first
+    // `Want` comes a round trip sooner (docs/protocol.md, Flow). `Ready` is taken off the
+    // control channel by whoever reads first; only the data streams wait for it. A pulling
+    // client has nothing to send before `Ready`.
+    let ready: Box<dyn FnOnce() -> Result<ReadyAnswer, TransferError> + Send> = if push {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        reader.hand_ready_to(tx);
+        Box::new(move || rx.recv().unwrap_or_else(|_| Err(TransferError::network("control channel: closed before the server was ready"))))
+    } else {
+        let answer = await_ready(&mut reader)?;
+        Box::new(move || Ok(answer))
     };
+    let (data_at, data_host) = (data_at.map(str::to_string), data_host.to_string());
     let bufsize = spec.bufsize;
+    let encrypt = !options.no_encrypt();
+    // The session's stream credentials and data address, known once `Ready` is in.
+    let session: Arc<OnceLock<(StreamAuth, String)>> = Arc::new(OnceLock::new());
     // One way to open a stream, for the session's first ones and the ramp's later ones.
     let open: Arc<dyn Fn(u32) -> Result<DataConn, TransferError> + Send + Sync> = {
-        let (data_addr, auth) = (data_addr.clone(), auth.clone());
+        let session = session.clone();
         Arc::new(move |i| {
-            let sock = connect(&data_addr)?;
-            connect_stream(sock, &auth, i, bufsize).map_err(|e| stream_error(&data_addr, &e))
+            let (auth, data_addr) = session.get().ok_or_else(|| TransferError::network("a data stream was asked for before the server was ready"))?;
+            let sock = connect(data_addr)?;
+            connect_stream(sock, auth, i, bufsize).map_err(|e| stream_error(data_addr, &e))
         })
     };
-    // Streams opened during the handshake are used if they reached the data address (a daemon
-    // takes data on its control port; an ssh-mode server announced it early); the rest are
-    // opened now.
-    let target: Vec<_> = data_addr.to_socket_addrs().map(|a| a.collect()).unwrap_or_default();
-    let preconnected: Vec<Preconnected> = preconnected.into_iter().filter_map(|h| h.join().ok()?.ok()).filter(|p| p.peer_addr().is_ok_and(|a| target.contains(&a))).collect();
-    tracing::debug!("data streams: {} preconnected, {} to open", preconnected.len().min(options.streams as usize), (options.streams as usize).saturating_sub(preconnected.len()));
     // In parallel: each stream costs a TCP and a TLS handshake, three round trips on a WAN. And
     // in the background: the manifest and the first wants need no data stream, so the session
     // starts now and the streams join as they come (one round trip less before data moves).
@@ -512,6 +516,19 @@ fn run_remote(run: ClientRun<'_>, options: &mut Options, channel: Channel, remot
     let connecting: Connecting = {
         let open = open.clone();
         Box::new(move || {
+            let (session_id, reported) = ready()?;
+            let auth = StreamAuth { session_id, session_key, encrypt };
+            let data_addr = match data_at {
+                Some(a) => a,
+                None => data_address(&String::from_utf8_lossy(&reported), &data_host)?,
+            };
+            let _ = session.set((auth.clone(), data_addr.clone()));
+            // Streams opened during the handshake are used if they reached the data address (a
+            // daemon takes data on its control port; an ssh-mode server announced it early);
+            // the rest are opened now.
+            let target: Vec<_> = data_addr.to_socket_addrs().map(|a| a.collect()).unwrap_or_default();
+            let preconnected: Vec<Preconnected> = preconnected.into_iter().filter_map(|h| h.join().ok()?.ok()).filter(|p| p.peer_addr().is_ok_and(|a| target.contains(&a))).collect();
+            tracing::debug!("data streams: {} preconnected, {} to open", preconnected.len().min(n as usize), (n as usize).saturating_sub(preconnected.len()));
             thread::scope(|s| {
                 let (open, auth, data_addr) = (&open, &auth, &data_addr);
                 let mut preconnected = preconnected.into_iter();
@@ -528,6 +545,18 @@ fn run_remote(run: ClientRun<'_>, options: &mut Options, channel: Channel, remot
     let reopen: Reopen = open.clone();
     let opener = move |i: u32| open(i).ok();
     run_local_role(run, *options, Channel { reader, writer }, Streams::Connecting(connecting), Some(Box::new(opener)), push, (resets, Some(reopen)))
+}
+
+/// `Ready`'s session id and data address.
+type ReadyAnswer = ([u8; 16], Vec<u8>);
+
+/// The server's answer to `Open`: its session id and data address, or its refusal.
+fn await_ready(reader: &mut CtrlReader) -> Result<ReadyAnswer, TransferError> {
+    match reader.recv()? {
+        Control::Ready { session_id, data_addr, .. } => Ok((session_id, data_addr)),
+        Control::Fatal { side, message } => Err(TransferError::fatal(side, message)),
+        _ => Err(TransferError::fatal(Side::Network, "expected the server to be ready")),
+    }
 }
 
 fn stream_error(data_addr: &str, e: &std::io::Error) -> TransferError {

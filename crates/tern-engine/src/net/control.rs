@@ -10,15 +10,52 @@ use crate::error::TransferError;
 
 pub struct CtrlReader {
     r: BufReader<Box<dyn Read + Send>>,
+    /// Set by [`CtrlReader::hand_ready_to`]: the next message is the server's answer to `Open`.
+    ready_to: Option<ReadyTx>,
 }
+
+/// Where the server's answer to `Open` goes when the client did not wait for it: its session id
+/// and data address, or its refusal.
+pub type ReadyTx = crossbeam_channel::Sender<Result<([u8; 16], Vec<u8>), TransferError>>;
 
 impl CtrlReader {
     pub fn new(r: Box<dyn Read + Send>) -> Self {
-        Self { r: BufReader::with_capacity(256 << 10, r) }
+        Self { r: BufReader::with_capacity(256 << 10, r), ready_to: None }
+    }
+
+    /// The next message answers an `Open` the client sent without waiting (it went on with its
+    /// manifest): whoever reads next takes a `Ready` off the channel and gives it to `tx`, so
+    /// the session's own loop never sees it. A refusal (`Fatal`) goes to `tx` and is returned
+    /// as well, so the loop reports it as it reports any `Fatal`; anything else is an error.
+    pub fn hand_ready_to(&mut self, tx: ReadyTx) {
+        self.ready_to = Some(tx);
     }
 
     /// Next message. I/O failures are network errors; malformed input is a fatal protocol error.
     pub fn recv(&mut self) -> Result<Control, TransferError> {
+        let Some(tx) = self.ready_to.take() else { return self.next() };
+        match self.next() {
+            Ok(Control::Ready { session_id, data_addr, .. }) => {
+                let _ = tx.send(Ok((session_id, data_addr)));
+                self.next()
+            }
+            Ok(Control::Fatal { side, message }) => {
+                let _ = tx.send(Err(TransferError::fatal(side, message.clone())));
+                Ok(Control::Fatal { side, message })
+            }
+            Ok(_) => {
+                let e = || TransferError::fatal(tern_proto::Side::Network, "expected the server to be ready");
+                let _ = tx.send(Err(e()));
+                Err(e())
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e.clone()));
+                Err(e)
+            }
+        }
+    }
+
+    fn next(&mut self) -> Result<Control, TransferError> {
         let mut head = [0u8; HEADER_LEN];
         self.r.read_exact(&mut head).map_err(net_err)?;
         let header = FrameHeader::parse(head, limits::MAX_CONTROL_FRAME).map_err(proto_err)?;
