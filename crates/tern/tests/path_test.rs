@@ -229,6 +229,28 @@ fn a_link_capped_at_300_mbits_is_named_with_its_rate() {
     assert!((v["expected_gbps"].as_f64().unwrap() - many).abs() < 1e-9);
 }
 
+/// A slow link is measured, not reported as carrying nothing: at 10 Mb/s a 1 MiB frame takes
+/// 0.8 s, twice a 5 s test's 0.4 s window, and counting only whole frames measured 0 or one
+/// frame's worth (2.6 times the rate); a scheduled test then failed as "carried no data" (seen
+/// under load at 30 Mb/s).
+#[test]
+fn a_slow_link_measures_its_rate_even_in_a_short_test() {
+    let Some(mut n) = Netns::up("w", "198.19.203") else { return };
+    n.qdisc("add", true, &["tbf", "rate", "10mbit", "burst", "64kb", "latency", "50ms"]);
+    let t = scratch();
+    std::fs::create_dir_all(t.path().join("root")).unwrap();
+    let token = t.path().join("token");
+    n.serve(&t.path().join("root"), &token);
+    for _ in 0..3 {
+        let v = report(&n.tern(&["test", "--seconds", "5", "--json", "--token-file", token.to_str().unwrap(), &n.url("")]));
+        for what in ["one_gbps", "many_gbps"] {
+            let rate = v["network"][what].as_f64().unwrap_or_else(|| panic!("no network.{what}: {v}"));
+            // At most the cap (and what the tbf queue drains); at least half of it.
+            assert!((0.005..=0.013).contains(&rate), "{what} {rate} Gb/s against a 10 Mb/s cap: {v}");
+        }
+    }
+}
+
 /// A path that stops carrying anything mid-test (its link cut: 100 % loss) ends the test in
 /// bounded time with one line naming the far side, instead of a read that waits for ever.
 #[test]
