@@ -19,7 +19,7 @@ use crate::driver::receiver::{ReceiverParams, Receiving, WINDOW_BYTES, window_fi
 use crate::driver::sender::{Reopen, SendMemory, SenderParams, Sending};
 use crate::endpoint::Endpoint;
 use crate::error::{Scope, Side, TransferError};
-use crate::net::control::{CtrlReader, CtrlWriter};
+use crate::net::control::{CtrlReader, CtrlWriter, ReadyAnswer};
 use crate::net::datastream::{DataConn, Preconnected, StreamAuth, connect_stream};
 use crate::net::ratelimit::RateLimit;
 use crate::net::transport::{ControlHalves, Stream, connect_any, random, tls_control_client, tune_socket};
@@ -546,9 +546,6 @@ fn run_remote(run: ClientRun<'_>, options: &mut Options, channel: Channel, remot
     let opener = move |i: u32| open(i).ok();
     run_local_role(run, *options, Channel { reader, writer }, Streams::Connecting(connecting), Some(Box::new(opener)), push, (resets, Some(reopen)))
 }
-
-/// `Ready`'s session id and data address.
-type ReadyAnswer = ([u8; 16], Vec<u8>);
 
 /// The server's answer to `Open`: its session id and data address, or its refusal.
 fn await_ready(reader: &mut CtrlReader) -> Result<ReadyAnswer, TransferError> {

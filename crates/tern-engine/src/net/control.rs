@@ -14,9 +14,12 @@ pub struct CtrlReader {
     ready_to: Option<ReadyTx>,
 }
 
-/// Where the server's answer to `Open` goes when the client did not wait for it: its session id
-/// and data address, or its refusal.
-pub type ReadyTx = crossbeam_channel::Sender<Result<([u8; 16], Vec<u8>), TransferError>>;
+/// `Ready`'s session id and data address.
+pub type ReadyAnswer = ([u8; 16], Vec<u8>);
+
+/// Where the server's answer to `Open` goes when the client did not wait for it: `Ready`'s
+/// session id and data address, or the refusal.
+pub type ReadyTx = crossbeam_channel::Sender<Result<ReadyAnswer, TransferError>>;
 
 impl CtrlReader {
     pub fn new(r: Box<dyn Read + Send>) -> Self {

@@ -77,8 +77,7 @@ pub(crate) fn blast(lane: &mut Lane, chunk: u32, stop: &AtomicBool) -> std::io::
 
 /// Reads chunk frames from `conn` until it ends, opening (or checking the tag of) and hashing
 /// each as a transfer's receiver does, and counts the bytes of their bodies into `count` as
-/// they arrive. A frame that
-/// fails is the end of the stream (a test has nothing to repair).
+/// they arrive. A frame that fails is the end of the stream (a test has nothing to repair).
 pub(crate) fn drain(conn: DataConn, chunk: u32, count: Arc<AtomicU64>) {
     let mut lane = Lane::new(conn);
     let trailer = if lane.sealer.is_some() { TAG_LEN } else { 0 };
@@ -95,10 +94,10 @@ pub(crate) fn drain(conn: DataConn, chunk: u32, count: Arc<AtomicU64>) {
             return;
         };
         let body = &mut buf[..ChunkHeader::LEN + len + trailer];
-        // Counted as the bytes arrive, not once the frame is whole: at 30 Mb/s a 1 MiB frame
-        // takes 0.28 s per stream, and a short step's window (0.4 s for a 5 s test) then saw one
-        // frame or none, so a slow link measured as nothing at all. A frame that then fails
-        // ends the stream; what it carried was still carried.
+        // Counted as the bytes arrive, not once the frame is whole: at 10 Mb/s a 1 MiB frame
+        // takes 0.8 s, twice a 5 s test's measuring window (0.4 s), so a slow link measured
+        // nothing or a whole frame. A frame that then fails ends the stream; what it carried
+        // was still carried.
         let mut got = 0;
         while got < body.len() {
             match r.read(&mut body[got..]) {
