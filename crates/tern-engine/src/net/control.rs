@@ -47,9 +47,9 @@ impl CtrlReader {
                 Ok(Control::Fatal { side, message })
             }
             Ok(_) => {
-                let e = || TransferError::fatal(tern_proto::Side::Network, "expected the server to be ready");
-                let _ = tx.send(Err(e()));
-                Err(e())
+                let e = TransferError::fatal(tern_proto::Side::Network, "expected the server to be ready");
+                let _ = tx.send(Err(e.clone()));
+                Err(e)
             }
             Err(e) => {
                 let _ = tx.send(Err(e.clone()));
