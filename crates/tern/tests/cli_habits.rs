@@ -1,7 +1,7 @@
 //! What scp, rsync and cp users type by habit: their flags, their endpoint forms, their
 //! behaviour on a missing source or a copy into itself; completions and the man page.
 
-mod common;
+use crate::common;
 use common::*;
 
 use std::fs;

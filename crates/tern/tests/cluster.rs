@@ -5,10 +5,8 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a test says what it measured or skipped
 
-mod common;
-#[path = "../../tern-service/tests/support/pg.rs"]
-#[allow(dead_code)] // psql: the service tests'
-mod pg;
+use crate::common;
+use crate::pg;
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};

@@ -6,7 +6,7 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a test says what it measured or skipped
 
-mod common;
+use crate::common;
 use common::*;
 
 use std::fs;

@@ -11,10 +11,8 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a test says what it measured or skipped
 
-mod common;
-#[path = "../../tern-service/tests/support/pg.rs"]
-#[allow(dead_code)] // psql: the service tests'
-mod pg;
+use crate::common;
+use crate::pg;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -84,35 +82,43 @@ fn dashboard_in_headless_chromium() {
     write_file(&xss_src.join(MARKUP_NAME), 2, 100_000);
     write_file(&base.join("xss-out/xss").join(MARKUP_NAME).join("keep"), 3, 10);
 
-    let (http, data_port) = (free_port(), free_port());
     let state = base.join("state");
     let daemon_token = base.join("daemon.token");
-    let child = Command::new(tern_bin())
-        .args(["serve", "--listen", &format!("127.0.0.1:{data_port}"), "--http-listen", &format!("127.0.0.1:{http}")])
-        .arg("--root")
-        .arg(&root)
-        // Jobs read and write local trees beside the daemon's root.
-        .arg("--job-root")
-        .arg(base)
-        // CI runs as root; this test is not about run-as mapping (tests/service_security.rs is).
-        .arg("--allow-root-transfers")
-        .arg("--token-file")
-        .arg(&daemon_token)
-        // The scheduled path test below runs every 6 s against the daemon.
-        .args(["--test-min-interval", "1", "--allow-host", "127.0.0.1"])
-        .arg("--state-dir")
-        .arg(&state)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let _serve = Serve(child);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", http)).is_err() || std::net::TcpStream::connect(("127.0.0.1", data_port)).is_err() {
-        assert!(Instant::now() < deadline, "tern serve did not start");
-        std::thread::sleep(Duration::from_millis(20));
+    let log = base.join("serve.log");
+    let (mut serve, mut http, mut data_port) = (None, 0, 0);
+    for _ in 0..4 {
+        (http, data_port) = (free_port(), free_port());
+        let mut child = Command::new(tern_bin())
+            .args(["serve", "--listen", &format!("127.0.0.1:{data_port}"), "--http-listen", &format!("127.0.0.1:{http}")])
+            .arg("--root")
+            .arg(&root)
+            // Jobs read and write local trees beside the daemon's root.
+            .arg("--job-root")
+            .arg(base)
+            // CI runs as root; this test is not about run-as mapping (tests/service_security.rs is).
+            .arg("--allow-root-transfers")
+            .arg("--token-file")
+            .arg(&daemon_token)
+            // The scheduled path test below runs every 6 s against the daemon.
+            .args(["--test-min-interval", "1", "--allow-host", "127.0.0.1"])
+            .arg("--state-dir")
+            .arg(&state)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        // Another test's server may have taken a port `free_port` found: then try fresh ones.
+        match wait_for_log(&mut child, &log, 0, &serving_lines(http, data_port)) {
+            Ok(()) => {
+                serve = Some(Serve(child));
+                break;
+            }
+            Err(said) if said.contains("in use") => continue,
+            Err(said) => panic!("tern serve exited at start: {said}"),
+        }
     }
+    let _serve = serve.expect("tern serve found free ports in four tries");
     let admin = std::fs::read_to_string(state.join("admin.token")).unwrap().trim().to_string();
     let url = format!("https://127.0.0.1:{http}");
     // Screenshots stay after the run (target/tmp/dashboard/) for a person to look at.

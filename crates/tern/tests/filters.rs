@@ -1,7 +1,7 @@
 //! Include/exclude rules through every kind of endpoint: the sender applies them while walking
 //! (locally, on a daemon, on the far side of ssh), the receiver when `--delete` looks for extras.
 
-mod common;
+use crate::common;
 use common::*;
 
 use std::collections::BTreeMap;

@@ -3,7 +3,7 @@
 //! Issue 10: `a` beside `.a.tern-part` and `.a.tern-journal` lost two files and corrupted the
 //! third with exit 0; a source `.tern-incomplete` was lost.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::os::unix::ffi::OsStrExt;

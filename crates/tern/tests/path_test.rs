@@ -4,7 +4,7 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a test says what it measured or skipped
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};

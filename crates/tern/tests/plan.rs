@@ -2,7 +2,7 @@
 //! source over ssh, and `--history`. No timing is asserted: the fit itself is unit-tested with
 //! made-up histories (src/plan.rs); here the pieces are real.
 
-mod common;
+use crate::common;
 use common::*;
 
 use std::fs;

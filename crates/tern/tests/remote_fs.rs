@@ -2,7 +2,7 @@
 //! a daemon's confinement against a client that holds the token and asks for what lies outside
 //! its root (issue 12). Real `tern serve` and a real sshd on loopback.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::io::Write;

@@ -3,9 +3,8 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a test says what it measured or skipped
 
-mod common;
-#[path = "../../tern-service/tests/support/pg.rs"]
-mod pg;
+use crate::common;
+use crate::pg;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -26,6 +25,8 @@ struct Service {
     pub daemon_token: PathBuf,
     env: Vec<(String, String)>,
     extra: Vec<String>,
+    /// Started once: its ports are known to clients and stay.
+    started: bool,
 }
 
 impl Service {
@@ -59,10 +60,11 @@ impl Service {
             daemon_token: token.to_path_buf(),
             env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            started: false,
         }
     }
 
-    fn spawn(&mut self) {
+    fn launch(&mut self) {
         let _ = self.child.wait();
         let mut cmd = Command::new(tern_bin());
         cmd.args(["serve", "--listen", &format!("127.0.0.1:{}", self.data_port), "--http-listen", &format!("127.0.0.1:{}", self.http)])
@@ -81,12 +83,28 @@ impl Service {
             cmd.env(k, v);
         }
         self.child = cmd.spawn().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", self.http)).is_err() || std::net::TcpStream::connect(("127.0.0.1", self.data_port)).is_err() {
-            assert!(self.child.try_wait().unwrap().is_none(), "tern serve exited at start: {}", std::fs::read_to_string(self.state.with_file_name("service.log")).unwrap_or_default());
-            assert!(Instant::now() < deadline, "service did not start");
-            std::thread::sleep(Duration::from_millis(20));
+    }
+
+    /// Starts `tern serve` and waits until this very process says it serves both ports. Ports
+    /// that accept a connection are not proof: `free_port` let go of them, so another test's
+    /// server may hold one while ours failed to bind it. A first start that lost its ports
+    /// that way tries fresh ones (a restart keeps them: clients already know the address).
+    fn spawn(&mut self) {
+        let first = !self.started;
+        for attempt in 0..4 {
+            let log = self.state.with_file_name("service.log");
+            let from = std::fs::metadata(&log).map_or(0, |m| m.len() as usize);
+            self.launch();
+            match wait_for_log(&mut self.child, &log, from, &serving_lines(self.http, self.data_port)) {
+                Ok(()) => {
+                    self.started = true;
+                    return;
+                }
+                Err(said) if first && attempt < 3 && said.contains("in use") => (self.http, self.data_port) = (free_port(), free_port()),
+                Err(said) => panic!("tern serve exited at start: {said}"),
+            }
         }
+        panic!("tern serve found no free ports in four tries");
     }
 
     fn kill9(&mut self) {

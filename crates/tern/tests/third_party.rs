@@ -3,7 +3,7 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a test says what it measured or skipped
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::path::Path;
