@@ -220,6 +220,12 @@ pub const FEATURE_CLUSTER: u64 = 2048;
 /// Hello feature bit: this peer sends a `Stripe` of a listed file (as the sender) and receives
 /// a stripe entry (kind 4) into a shared partial without publishing it (as the receiver).
 pub const FEATURE_STRIPES: u64 = 4096;
+/// Hello feature bit: this peer reads a data stream's TLS records one at a time, so bytes sent
+/// right behind `DataHello` (or `DataAccept`) stay raw; a client sends the go-ahead byte with
+/// its `DataHello`. A server sends its certificate's pin in `Ready` to a client with this bit,
+/// and such a client pushes chunks on a stream whose server presented that certificate without
+/// waiting a round trip for `DataAccept` (docs/protocol.md, "Data stream frames").
+pub const FEATURE_EARLY_GO: u64 = 8192;
 /// Most nodes one `ClusterNodes` lists.
 pub const MAX_CLUSTER_NODES: usize = 256;
 /// Longest cluster name (`tern serve --cluster`).
@@ -380,6 +386,9 @@ pub enum Control {
         session_id: [u8; 16],
         data_addr: Vec<u8>,
         nonce: [u8; 32],
+        /// BLAKE3 of the server's TLS certificate, sent only to a client with
+        /// `FEATURE_EARLY_GO` (older clients refuse the trailing bytes).
+        cert_pin: Option<[u8; 32]>,
     },
     Entries(Vec<Entry>),
     ManifestEnd {
@@ -579,8 +588,11 @@ impl Control {
                 }
                 w.bytes(destination);
             }
-            Control::Ready { session_id, data_addr, nonce } => {
+            Control::Ready { session_id, data_addr, nonce, cert_pin } => {
                 w.raw(session_id).bytes(data_addr).raw(nonce);
+                if let Some(pin) = cert_pin {
+                    w.raw(pin);
+                }
             }
             Control::Entries(entries) => {
                 w.u32(entries.len() as u32);
@@ -764,7 +776,12 @@ impl Control {
                 let destination = r.bytes("destination path", limits::MAX_PATH)?.to_vec();
                 Control::Open { server_role, options, sources, destination }
             }
-            4 => Control::Ready { session_id: r.array("session_id")?, data_addr: r.bytes("data address", MAX_ADDR)?.to_vec(), nonce: r.array("nonce")? },
+            4 => Control::Ready {
+                session_id: r.array("session_id")?,
+                data_addr: r.bytes("data address", MAX_ADDR)?.to_vec(),
+                nonce: r.array("nonce")?,
+                cert_pin: if r.remaining().is_empty() { None } else { Some(r.array("certificate pin")?) },
+            },
             5 => {
                 let n = r.count("entries")?;
                 let mut entries = Vec::with_capacity(n);
@@ -1051,7 +1068,8 @@ mod tests {
         roundtrip(Control::Hello { min_version: 1, max_version: 3, features: 5 });
         roundtrip(Control::Auth { nonce: [1; 32], proof: [2; 32] });
         roundtrip(Control::Open { server_role: Role::Receiver, options: opts, sources: vec![b"a".to_vec(), b"\xffb".to_vec()], destination: b"/dst".to_vec() });
-        roundtrip(Control::Ready { session_id: [3; 16], data_addr: b"[::1]:99".to_vec(), nonce: [4; 32] });
+        roundtrip(Control::Ready { session_id: [3; 16], data_addr: b"[::1]:99".to_vec(), nonce: [4; 32], cert_pin: None });
+        roundtrip(Control::Ready { session_id: [3; 16], data_addr: b"[::1]:99".to_vec(), nonce: [4; 32], cert_pin: Some([5; 32]) });
         roundtrip(Control::Entries(vec![Entry {
             id: 9,
             kind: EntryKind::Symlink,

@@ -59,7 +59,7 @@ fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         ("hello", Control::Hello { min_version: 1, max_version: 1, features: 0xff }),
         ("auth", Control::Auth { nonce: [1; 32], proof: [2; 32] }),
         ("open", Control::Open { server_role: Role::Receiver, options: opts, sources: vec![b"data/run1".to_vec(), b"\xffb".to_vec()], destination: b"/dst".to_vec() }),
-        ("ready", Control::Ready { session_id: [3; 16], data_addr: b"[::1]:7700".to_vec(), nonce: [4; 32] }),
+        ("ready", Control::Ready { session_id: [3; 16], data_addr: b"[::1]:7700".to_vec(), nonce: [4; 32], cert_pin: None }),
         (
             "entries",
             Control::Entries(vec![

@@ -5,7 +5,7 @@
 
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a test says what it measured or skipped
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::io::{Read, Write};
@@ -440,8 +440,8 @@ impl Push {
             Control::Ready { session_id, data_addr, .. } => (session_id, String::from_utf8(data_addr).unwrap()),
             other => panic!("expected Ready, got {other:?}"),
         };
-        let auth = tern_engine::net::datastream::StreamAuth { session_id, session_key: key, encrypt: false };
-        let data = tern_engine::net::datastream::connect_stream(TcpStream::connect(&data_addr).unwrap(), &auth, 0, None).unwrap();
+        let auth = tern_engine::net::datastream::StreamAuth::new(session_id, key, false);
+        let data = tern_engine::net::datastream::connect_stream(TcpStream::connect(&data_addr).unwrap(), &auth, 0, None, false).unwrap();
         Push { r, w, _sock: sock, data, seq: 0 }
     }
 

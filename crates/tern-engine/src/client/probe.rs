@@ -241,14 +241,14 @@ pub fn run(spec: &ClientSpec, dest: &Endpoint, plan: &Plan, local: Option<Connec
     let Started { session_id, data_addr, addrs, rtt } = start(&mut far, dest, flags, most, plan.chunk_size)?;
     let median = Duration::from_secs_f64(rtt[rtt.len() / 2]);
     let streams = plan.streams.unwrap_or_else(|| chosen_streams(median)).min(most);
-    let auth = StreamAuth { session_id, session_key: far.key, encrypt: plan.encrypt };
+    let auth = StreamAuth::new(session_id, far.key, plan.encrypt);
     let conns: Vec<DataConn> = thread::scope(|s| {
         let hs: Vec<_> = (0..streams as u32)
             .map(|i| {
                 let (addrs, auth) = (&addrs, &auth);
                 s.spawn(move || -> std::io::Result<DataConn> {
                     let sock = crate::net::transport::connect_any(addrs)?;
-                    crate::net::datastream::connect_stream(sock, auth, i, spec.bufsize)
+                    crate::net::datastream::connect_stream(sock, auth, i, spec.bufsize, false)
                 })
             })
             .collect();

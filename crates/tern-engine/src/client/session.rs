@@ -20,7 +20,7 @@ use crate::driver::sender::{Reopen, SendMemory, SenderParams, Sending};
 use crate::endpoint::Endpoint;
 use crate::error::{Scope, Side, TransferError};
 use crate::net::control::{CtrlReader, CtrlWriter, ReadyAnswer};
-use crate::net::datastream::{DataConn, Preconnected, StreamAuth, connect_stream};
+use crate::net::datastream::{DataConn, EarlyStart, Preconnected, StreamAuth, connect_stream};
 use crate::net::ratelimit::RateLimit;
 use crate::net::transport::{ControlHalves, Stream, connect_any, random, tls_control_client, tune_socket};
 use crate::progress::Progress;
@@ -177,6 +177,8 @@ struct RemoteSession<'a> {
     preconnected: Vec<thread::JoinHandle<std::io::Result<Preconnected>>>,
     /// Both ends repair corrupted streams (Hello bit 5).
     resets: bool,
+    /// The server reads TLS records one at a time (Hello bit 13): streams may start early.
+    early_go: bool,
 }
 
 fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendMemory>>, rate: &Option<Arc<RateLimit>>) -> Result<Summary, TransferError> {
@@ -199,8 +201,8 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
             for i in 0..n {
                 let (a, b) = UnixStream::pair().map_err(local_err)?;
                 let (ca, cb) = (Stream::Unix(a), Stream::Unix(b));
-                mine.push(DataConn { closer: ca.closer(), stream: ca, index: i as u32, tag_key: None, sealer: None, probe: None });
-                theirs.push(DataConn { closer: cb.closer(), stream: cb, index: i as u32, tag_key: None, sealer: None, probe: None });
+                mine.push(DataConn { closer: ca.closer(), stream: ca, index: i as u32, tag_key: None, sealer: None, probe: None, accept: None });
+                theirs.push(DataConn { closer: cb.closer(), stream: cb, index: i as u32, tag_key: None, sealer: None, probe: None, accept: None });
             }
             let server_half = ControlHalves::from_unix(c2).map_err(local_err)?;
             let params = ReceiverParams {
@@ -269,7 +271,17 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
                 let rtt = early.as_ref().and_then(EarlyStreams::fastest).map_or(rtt, |c| c.min(rtt));
                 initial_streams(spec, &mut options, rtt);
                 let preconnected = early.map(|e| e.admit(options.streams)).unwrap_or_default();
-                let remote = RemoteSession { session_key, push, remote_path: path, data_host: &data_host, data_at: None, reverse: reverse.as_ref(), preconnected, resets: resets_with(features) };
+                let remote = RemoteSession {
+                    session_key,
+                    push,
+                    remote_path: path,
+                    data_host: &data_host,
+                    data_at: None,
+                    reverse: reverse.as_ref(),
+                    preconnected,
+                    resets: resets_with(features),
+                    early_go: early_go_with(features),
+                };
                 run_remote(run, &mut options, Channel { reader, writer }, remote)
             })();
             r.map_err(|e| conn.explain(e))
@@ -292,7 +304,17 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
             options.set_hard_links(options.hard_links() && features & FEATURE_HARD_LINKS != 0);
             // A daemon takes data on the port we reached it on; its own view of its address (in
             // `Ready`) is wrong behind a port forward, NAT or relay.
-            let remote = RemoteSession { session_key, push, remote_path: path, data_host: &bracket(host), data_at: Some(addr.as_str()), reverse: None, preconnected, resets: resets_with(features) };
+            let remote = RemoteSession {
+                session_key,
+                push,
+                remote_path: path,
+                data_host: &bracket(host),
+                data_at: Some(addr.as_str()),
+                reverse: None,
+                preconnected,
+                resets: resets_with(features),
+                early_go: early_go_with(features),
+            };
             run_remote(run, &mut options, Channel { reader, writer }, remote)
         }
     }
@@ -465,7 +487,7 @@ pub(crate) fn read_token(spec: &ClientSpec) -> Result<Vec<u8>, TransferError> {
 fn run_remote(run: ClientRun<'_>, options: &mut Options, channel: Channel, remote: RemoteSession<'_>) -> Result<Summary, TransferError> {
     let spec = run.spec;
     let Channel { mut reader, writer } = channel;
-    let RemoteSession { session_key, push, remote_path, data_host, data_at, reverse, preconnected, resets } = remote;
+    let RemoteSession { session_key, push, remote_path, data_host, data_at, reverse, preconnected, resets, early_go } = remote;
     let (role, sources, destination) = if push {
         let srcs = spec.sources.iter().map(|s| s.path_str().into_bytes()).collect();
         (Role::Receiver, srcs, remote_path.as_bytes().to_vec())
@@ -475,8 +497,8 @@ fn run_remote(run: ClientRun<'_>, options: &mut Options, channel: Channel, remot
     };
     writer.send(&Control::Open { server_role: role, options: *options, sources, destination })?;
     if let Some(listener) = reverse {
-        let (session_id, _) = await_ready(&mut reader)?;
-        let auth = StreamAuth { session_id, session_key, encrypt: !options.no_encrypt() };
+        let (session_id, _, _) = await_ready(&mut reader)?;
+        let auth = StreamAuth::new(session_id, session_key, !options.no_encrypt());
         let conns = accept_reverse(listener, &auth, options.streams)?;
         // The server dialled these and nobody can open a replacement (the server decides the
         // same): a corrupted stream stays fatal, as without bit 5.
@@ -506,7 +528,7 @@ fn run_remote(run: ClientRun<'_>, options: &mut Options, channel: Channel, remot
         Arc::new(move |i| {
             let (auth, data_addr) = session.get().ok_or_else(|| TransferError::network("a data stream was asked for before the server was ready"))?;
             let sock = connect(data_addr)?;
-            connect_stream(sock, auth, i, bufsize).map_err(|e| stream_error(data_addr, &e))
+            connect_stream(sock, auth, i, bufsize, push).map_err(|e| stream_error(data_addr, &e))
         })
     };
     // In parallel: each stream costs a TCP and a TLS handshake, three round trips on a WAN. And
@@ -516,8 +538,9 @@ fn run_remote(run: ClientRun<'_>, options: &mut Options, channel: Channel, remot
     let connecting: Connecting = {
         let open = open.clone();
         Box::new(move || {
-            let (session_id, reported) = ready()?;
-            let auth = StreamAuth { session_id, session_key, encrypt };
+            let (session_id, reported, cert_pin) = ready()?;
+            let mut auth = StreamAuth::new(session_id, session_key, encrypt);
+            auth.early = EarlyStart { go_with_hello: early_go, cert_pin };
             let data_addr = match data_at {
                 Some(a) => a,
                 None => data_address(&String::from_utf8_lossy(&reported), &data_host)?,
@@ -534,7 +557,7 @@ fn run_remote(run: ClientRun<'_>, options: &mut Options, channel: Channel, remot
                 let mut preconnected = preconnected.into_iter();
                 let handles: Vec<_> = (0..n)
                     .map(|i| match preconnected.next() {
-                        Some(p) => s.spawn(move || p.introduce(auth, i).map_err(|e| stream_error(data_addr, &e))),
+                        Some(p) => s.spawn(move || p.introduce(auth, i, push).map_err(|e| stream_error(data_addr, &e))),
                         None => s.spawn(move || open(i)),
                     })
                     .collect();
@@ -550,7 +573,7 @@ fn run_remote(run: ClientRun<'_>, options: &mut Options, channel: Channel, remot
 /// The server's answer to `Open`: its session id and data address, or its refusal.
 fn await_ready(reader: &mut CtrlReader) -> Result<ReadyAnswer, TransferError> {
     match reader.recv()? {
-        Control::Ready { session_id, data_addr, .. } => Ok((session_id, data_addr)),
+        Control::Ready { session_id, data_addr, cert_pin, .. } => Ok((session_id, data_addr, cert_pin)),
         Control::Fatal { side, message } => Err(TransferError::fatal(side, message)),
         _ => Err(TransferError::fatal(Side::Network, "expected the server to be ready")),
     }
@@ -744,6 +767,11 @@ type Repairing = (bool, Option<Reopen>);
 const NO_RESETS: Repairing = (false, None);
 
 /// Whether this session repairs corrupted data streams: both ends have Hello feature bit 5.
+/// Whether the server reads its data streams' TLS records one at a time (`FEATURE_EARLY_GO`).
+fn early_go_with(server_features: u64) -> bool {
+    server_features & crate::net::handshake::our_features() & tern_proto::msg::FEATURE_EARLY_GO != 0
+}
+
 fn resets_with(server_features: u64) -> bool {
     server_features & crate::net::handshake::our_features() & FEATURE_STREAM_RESET != 0
 }
@@ -1080,7 +1108,7 @@ mod tests {
         }
         let ok = admitted(early.admit(2));
         assert_eq!(ok.len(), 2, "exactly the admitted streams go on");
-        let auth = StreamAuth { session_id: [1; 16], session_key: [2; 32], encrypt: true };
+        let auth = StreamAuth::new([1; 16], [2; 32], true);
         let server_auth = auth.clone();
         let server = thread::spawn(move || {
             let pending: Vec<_> = (0..2).map(|_| rx.recv_timeout(Duration::from_secs(10)).expect("an admitted stream said hello")).collect();
@@ -1090,7 +1118,7 @@ mod tests {
         });
         let auth = &auth;
         let conns: Vec<DataConn> = thread::scope(|s| {
-            let handles: Vec<_> = ok.into_iter().zip(0u32..).map(|(p, i)| s.spawn(move || p.introduce(auth, i).unwrap())).collect();
+            let handles: Vec<_> = ok.into_iter().zip(0u32..).map(|(p, i)| s.spawn(move || p.introduce(auth, i, false).unwrap())).collect();
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
         assert_eq!(conns.len(), 2);

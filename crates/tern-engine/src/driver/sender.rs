@@ -1018,6 +1018,10 @@ fn send_worker(mut conn: DataConn, work: Receiver<Work>, events: Sender<Event>, 
     let _ = out.flush();
     drop(out);
     let _ = conn.stream.flush();
+    // Before the stream closes: a socket closed with the acceptor's proof unread is reset.
+    if let Err(e) = conn.confirm_accept() {
+        broken(&log, &events, resets, conn.index, &e, None);
+    }
 }
 
 /// This worker's stream failed with `e` (while writing frame `frame`, if any). If the receiver
@@ -1061,7 +1065,7 @@ mod reset_tests {
 
     fn conn(s: UnixStream, index: u32) -> DataConn {
         let s = Stream::Unix(s);
-        DataConn { closer: s.closer(), stream: s, index, tag_key: None, sealer: None, probe: None }
+        DataConn { closer: s.closer(), stream: s, index, tag_key: None, sealer: None, probe: None, accept: None }
     }
 
     /// Reads one chunk frame: its chunk index.

@@ -15,7 +15,7 @@ pub struct CtrlReader {
 }
 
 /// `Ready`'s session id and data address.
-pub type ReadyAnswer = ([u8; 16], Vec<u8>);
+pub type ReadyAnswer = ([u8; 16], Vec<u8>, Option<[u8; 32]>);
 
 /// Where the server's answer to `Open` goes when the client did not wait for it: `Ready`'s
 /// session id and data address, or the refusal.
@@ -38,8 +38,8 @@ impl CtrlReader {
     pub fn recv(&mut self) -> Result<Control, TransferError> {
         let Some(tx) = self.ready_to.take() else { return self.next() };
         match self.next() {
-            Ok(Control::Ready { session_id, data_addr, .. }) => {
-                let _ = tx.send(Ok((session_id, data_addr)));
+            Ok(Control::Ready { session_id, data_addr, cert_pin, .. }) => {
+                let _ = tx.send(Ok((session_id, data_addr, cert_pin)));
                 self.next()
             }
             Ok(Control::Fatal { side, message }) => {

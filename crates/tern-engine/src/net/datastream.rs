@@ -24,10 +24,51 @@ pub struct DataConn {
     pub closer: Closer,
     /// A duplicate of the socket for reading its kernel counters (the stream ramp).
     pub probe: Option<TcpStream>,
+    /// The acceptor's `DataAccept`, not read yet: a pushing client that pinned the acceptor's
+    /// certificate sends before it arrives, and reads it before closing (`confirm_accept`).
+    pub accept: Option<PendingAccept>,
 }
 
-/// Sent on the raw socket after the hello exchange: from here on frames bypass TLS, so the
-/// acceptor must not send before the connector's TLS layer has stopped reading.
+impl DataConn {
+    /// Reads and checks the acceptor's `DataAccept` if it is still unread. A writer must call
+    /// this before closing: a socket closed with unread input is reset, and a reset drops what
+    /// the kernel had not sent yet.
+    pub fn confirm_accept(&mut self) -> io::Result<()> {
+        match self.accept.take() {
+            Some(a) => a.confirm(),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The acceptor's proof a connector still has to read: its TLS session (or the raw socket)
+/// and the proof it must carry.
+pub struct PendingAccept {
+    stream: Stream,
+    expect: [u8; 32],
+}
+
+impl PendingAccept {
+    fn confirm(mut self) -> io::Result<()> {
+        let mut head = [0u8; HEADER_LEN];
+        self.stream.read_exact(&mut head)?;
+        let h = FrameHeader::parse(head, 64).map_err(bad)?;
+        if h.frame_type != DATA_ACCEPT || h.body_len != 32 {
+            return Err(bad("unexpected reply to data stream hello"));
+        }
+        let mut theirs = [0u8; 32];
+        self.stream.read_exact(&mut theirs)?;
+        if !proofs_equal(&theirs, &self.expect) {
+            return Err(io::Error::new(io::ErrorKind::PermissionDenied, "data stream peer failed authentication"));
+        }
+        Ok(())
+    }
+}
+
+/// Sent by the connector on the raw socket: from here on frames bypass TLS. The acceptor sends
+/// nothing raw before it has this byte, so a connector whose TLS layer might read ahead sends it
+/// only after `DataAccept`; to an acceptor that reads record by record (`FEATURE_EARLY_GO`,
+/// `RecordReader`) it goes right behind `DataHello`.
 const GO: u8 = b'G';
 
 fn export_data_key(stream: &Stream, index: u32) -> io::Result<Option<[u8; 32]>> {
@@ -48,11 +89,33 @@ pub struct StreamAuth {
     pub session_id: [u8; 16],
     pub session_key: [u8; 32],
     pub encrypt: bool,
+    /// How a connector may start (`FEATURE_EARLY_GO`); the acceptor ignores it.
+    pub early: EarlyStart,
 }
 
-/// The connecting side: TLS (or not), then `DataHello` and the acceptor's proof.
-pub fn connect_stream(sock: TcpStream, auth: &StreamAuth, index: u32, bufsize: Option<usize>) -> io::Result<DataConn> {
-    preconnect(sock, auth.encrypt, bufsize)?.introduce(auth, index)
+impl StreamAuth {
+    /// Credentials for a stream that starts as every peer understands.
+    pub fn new(session_id: [u8; 16], session_key: [u8; 32], encrypt: bool) -> Self {
+        StreamAuth { session_id, session_key, encrypt, early: EarlyStart::default() }
+    }
+}
+
+/// What the acceptor told the connector through the authenticated control channel.
+#[derive(Clone, Copy, Default)]
+pub struct EarlyStart {
+    /// It reads TLS records one at a time (its `Hello` has `FEATURE_EARLY_GO`): the go-ahead
+    /// byte may follow `DataHello` at once.
+    pub go_with_hello: bool,
+    /// Its certificate's pin (from `Ready`): a stream whose TLS peer presents it is the
+    /// acceptor's, so a writer may send before `DataAccept` has come back.
+    pub cert_pin: Option<[u8; 32]>,
+}
+
+/// The connecting side: TLS (or not), then `DataHello` and the acceptor's proof. `writes_only`:
+/// this side only sends on the stream (a pushing client), so with `auth.early` it need not
+/// wait for the proof before sending (see `Preconnected::introduce`).
+pub fn connect_stream(sock: TcpStream, auth: &StreamAuth, index: u32, bufsize: Option<usize>, writes_only: bool) -> io::Result<DataConn> {
+    preconnect(sock, auth.encrypt, bufsize)?.introduce(auth, index, writes_only)
 }
 
 /// A data connection with its TCP and TLS handshakes done that has not named its session yet.
@@ -77,8 +140,12 @@ impl Preconnected {
         self.sock.peer_addr()
     }
 
-    /// Names the session (`DataHello`) and checks the acceptor's proof.
-    pub fn introduce(self, auth: &StreamAuth, index: u32) -> io::Result<DataConn> {
+    /// Names the session (`DataHello`) and checks the acceptor's proof. To an acceptor that
+    /// reads record by record the go-ahead byte goes with the hello, so it can send at once; and
+    /// a writer whose TLS peer presented the pinned certificate (or that sends unencrypted,
+    /// where nothing is secret from the path anyway) starts sending right away and reads the
+    /// proof later (`DataConn::confirm_accept`): one round trip less before data moves.
+    pub fn introduce(self, auth: &StreamAuth, index: u32, writes_only: bool) -> io::Result<DataConn> {
         let Preconnected { sock, mut stream, exporter, encrypt } = self;
         if encrypt != auth.encrypt {
             return Err(bad("data stream encryption does not match the session"));
@@ -87,27 +154,32 @@ impl Preconnected {
         let proof = stream_proof(&auth.session_key, Party::Client, &auth.session_id, index, &nonce, &exporter);
         stream.write_all(&DataHello { session_id: auth.session_id, stream: index, nonce, proof }.encode())?;
         stream.flush()?;
-        let mut head = [0u8; HEADER_LEN];
-        stream.read_exact(&mut head)?;
-        let h = FrameHeader::parse(head, 64).map_err(bad)?;
-        if h.frame_type != DATA_ACCEPT || h.body_len != 32 {
-            return Err(bad("unexpected reply to data stream hello"));
-        }
-        let mut theirs = [0u8; 32];
-        stream.read_exact(&mut theirs)?;
-        let expect = stream_proof(&auth.session_key, Party::Server, &auth.session_id, index, &nonce, &exporter);
-        if !proofs_equal(&theirs, &expect) {
-            return Err(io::Error::new(io::ErrorKind::PermissionDenied, "data stream peer failed authentication"));
+        let early = auth.early.go_with_hello;
+        if early {
+            (&sock).write_all(&[GO])?;
         }
         let data_key = export_data_key(&stream, index)?;
-        drop(stream);
-        (&sock).write_all(&[GO])?;
-        sock.set_read_timeout(None)?;
+        let trusted = !encrypt || auth.early.cert_pin.is_some_and(|pin| stream.peer_has_pin(&pin));
+        if encrypt && auth.early.cert_pin.is_some() && !trusted {
+            return Err(io::Error::new(io::ErrorKind::PermissionDenied, "data stream peer presented a certificate other than the server's"));
+        }
+        let expect = stream_proof(&auth.session_key, Party::Server, &auth.session_id, index, &nonce, &exporter);
+        let pending = PendingAccept { stream, expect };
+        let accept = if early && writes_only && trusted {
+            Some(pending)
+        } else {
+            pending.confirm()?;
+            if !early {
+                (&sock).write_all(&[GO])?;
+            }
+            sock.set_read_timeout(None)?;
+            None
+        };
         let probe = sock.try_clone().ok();
         let stream = Stream::Tcp(sock);
         let closer = stream.closer();
         let tag_key = (!auth.encrypt).then(|| stream_tag_key(&auth.session_key, &auth.session_id, index, &nonce));
-        Ok(DataConn { stream, index, tag_key, sealer: data_key.map(|k| Sealer::new(&k)), closer, probe })
+        Ok(DataConn { stream, index, tag_key, sealer: data_key.map(|k| Sealer::new(&k)), closer, probe, accept })
     }
 }
 
@@ -170,7 +242,7 @@ impl PendingStream {
         let stream = Stream::Tcp(self.sock);
         let closer = stream.closer();
         let tag_key = (!auth.encrypt).then(|| stream_tag_key(&auth.session_key, &auth.session_id, h.stream, &h.nonce));
-        Ok(DataConn { stream, index: h.stream, tag_key, sealer: data_key.map(|k| Sealer::new(&k)), closer, probe })
+        Ok(DataConn { stream, index: h.stream, tag_key, sealer: data_key.map(|k| Sealer::new(&k)), closer, probe, accept: None })
     }
 }
 
@@ -224,4 +296,84 @@ pub fn bind_range(range: Option<(u16, u16)>) -> std::io::Result<TcpListener> {
         }
     }
     Err(last.unwrap_or_else(|| std::io::Error::other("empty port range")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::thread;
+
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        (c, l.accept().unwrap().0)
+    }
+
+    fn early(cert_pin: Option<[u8; 32]>) -> StreamAuth {
+        let mut auth = StreamAuth::new([1; 16], [2; 32], true);
+        auth.early = EarlyStart { go_with_hello: true, cert_pin };
+        auth
+    }
+
+    fn payload() -> Vec<u8> {
+        (0..20_000u32).map(|i| (i % 251) as u8).collect()
+    }
+
+    /// Accepts one encrypted stream: kind byte, TLS, hello.
+    fn accept(sock: TcpStream) -> PendingStream {
+        let mut kind = [0u8; 1];
+        (&sock).read_exact(&mut kind).unwrap();
+        accept_stream(sock, kind[0]).unwrap()
+    }
+
+    /// A pushing connector that pinned the acceptor's certificate sends before `DataAccept`
+    /// exists (the acceptor answers only once the connector has written), and what it sent
+    /// right behind its TLS hello reaches the raw stream intact.
+    #[test]
+    fn a_pinned_writer_sends_before_the_accept_and_nothing_is_lost() {
+        let (c, a) = pair();
+        let (sent_tx, sent_rx) = mpsc::channel::<()>();
+        let acceptor = thread::spawn(move || {
+            let pending = accept(a);
+            sent_rx.recv_timeout(Duration::from_secs(10)).expect("the connector waited for DataAccept");
+            let mut conn = pending.finish(&StreamAuth::new([1; 16], [2; 32], true)).unwrap();
+            let mut got = vec![0u8; payload().len()];
+            conn.stream.read_exact(&mut got).unwrap();
+            got
+        });
+        let mut conn = connect_stream(c, &early(Some(crate::net::transport::server_cert_pin())), 0, None, true).unwrap();
+        assert!(conn.accept.is_some(), "the proof is read later");
+        conn.stream.write_all(&payload()).unwrap();
+        sent_tx.send(()).unwrap();
+        conn.confirm_accept().unwrap();
+        assert!(acceptor.join().unwrap() == payload(), "the bytes behind the hello arrived intact");
+    }
+
+    /// A stream whose TLS peer presents a certificate other than the pinned one sends nothing.
+    #[test]
+    fn a_writer_refuses_a_peer_without_the_pinned_certificate() {
+        let (c, a) = pair();
+        let acceptor = thread::spawn(move || drop(accept(a)));
+        let err = connect_stream(c, &early(Some([9; 32])), 0, None, true).err().expect("a foreign certificate is refused");
+        assert_eq!(err.kind(), io::ErrorKind::PermissionDenied, "{err}");
+        acceptor.join().unwrap();
+    }
+
+    /// A reading connector with the early go-ahead waits for `DataAccept`, and what the
+    /// acceptor sends right behind it (no round trip for the go-ahead byte) stays raw.
+    #[test]
+    fn a_reader_takes_the_accept_and_the_data_behind_it() {
+        let (c, a) = pair();
+        let acceptor = thread::spawn(move || {
+            let mut conn = accept(a).finish(&StreamAuth::new([1; 16], [2; 32], true)).unwrap();
+            conn.stream.write_all(&payload()).unwrap();
+        });
+        let mut conn = connect_stream(c, &early(None), 0, None, false).unwrap();
+        assert!(conn.accept.is_none(), "a reader has checked the proof");
+        let mut got = vec![0u8; payload().len()];
+        conn.stream.read_exact(&mut got).unwrap();
+        assert!(got == payload(), "the bytes behind DataAccept arrived intact");
+        acceptor.join().unwrap();
+    }
 }

@@ -25,7 +25,8 @@ pub(crate) fn our_features() -> u64 {
             | tern_proto::msg::FEATURE_TEST_CPU
             | tern_proto::msg::FEATURE_HOST_FACTS
             | tern_proto::msg::FEATURE_CLUSTER
-            | tern_proto::msg::FEATURE_STRIPES,
+            | tern_proto::msg::FEATURE_STRIPES
+            | tern_proto::msg::FEATURE_EARLY_GO,
     )
 }
 

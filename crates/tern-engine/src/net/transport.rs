@@ -21,24 +21,44 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
+/// This process's TLS server identity: its config and its certificate's pin.
+struct ServerIdentity {
+    config: Arc<ServerConfig>,
+    pin: [u8; 32],
+}
+
+fn server_identity() -> &'static ServerIdentity {
+    static IDENTITY: OnceLock<ServerIdentity> = OnceLock::new();
+    IDENTITY.get_or_init(|| {
+        let ck = rcgen::generate_simple_self_signed(vec!["tern".to_string()]).expect("generating a TLS key");
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(ck.signing_key.serialize_der()));
+        let pin = cert_pin(ck.cert.der());
+        let mut cfg = ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .expect("TLS 1.3 is supported")
+            .with_no_client_auth()
+            .with_single_cert(vec![ck.cert.der().clone()], key)
+            .expect("self-signed certificate is valid");
+        // No tickets: post-handshake writes from the read side would complicate the split.
+        cfg.send_tls13_tickets = 0;
+        ServerIdentity { config: Arc::new(cfg), pin }
+    })
+}
+
 /// A server config with a fresh self-signed certificate (made once per process).
 pub fn server_config() -> Arc<ServerConfig> {
-    static CONFIG: OnceLock<Arc<ServerConfig>> = OnceLock::new();
-    CONFIG
-        .get_or_init(|| {
-            let ck = rcgen::generate_simple_self_signed(vec!["tern".to_string()]).expect("generating a TLS key");
-            let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(ck.signing_key.serialize_der()));
-            let mut cfg = ServerConfig::builder_with_provider(provider())
-                .with_protocol_versions(&[&rustls::version::TLS13])
-                .expect("TLS 1.3 is supported")
-                .with_no_client_auth()
-                .with_single_cert(vec![ck.cert.der().clone()], key)
-                .expect("self-signed certificate is valid");
-            // No tickets: post-handshake writes from the read side would complicate the split.
-            cfg.send_tls13_tickets = 0;
-            Arc::new(cfg)
-        })
-        .clone()
+    server_identity().config.clone()
+}
+
+/// The pin of the certificate every TLS connection this process accepts presents (its control
+/// and data connections share one): what `Ready` carries to a client with `FEATURE_EARLY_GO`.
+pub fn server_cert_pin() -> [u8; 32] {
+    server_identity().pin
+}
+
+/// BLAKE3 of a certificate's DER encoding.
+fn cert_pin(der: &[u8]) -> [u8; 32] {
+    *blake3::hash(der).as_bytes()
 }
 
 pub fn client_config() -> Arc<ClientConfig> {
@@ -85,8 +105,60 @@ fn tls_err(e: rustls::Error) -> io::Error {
 pub enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
-    TlsClient(Box<StreamOwned<ClientConnection, TcpStream>>),
-    TlsServer(Box<StreamOwned<ServerConnection, TcpStream>>),
+    TlsClient(Box<StreamOwned<ClientConnection, RecordReader>>),
+    TlsServer(Box<StreamOwned<ServerConnection, RecordReader>>),
+}
+
+/// A socket that TLS reads one record at a time, never past the end of the record it is in.
+/// A data stream leaves TLS after its hello (frames are sealed with an exported key), so the
+/// bytes a peer sends right behind its last TLS record (the go-ahead byte, the first chunks)
+/// must stay in the socket for the raw stream rather than vanish into the TLS buffer.
+pub struct RecordReader {
+    sock: TcpStream,
+    head: [u8; 5],
+    head_len: usize,
+    body_left: usize,
+}
+
+impl RecordReader {
+    fn new(sock: TcpStream) -> Self {
+        RecordReader { sock, head: [0; 5], head_len: 0, body_left: 0 }
+    }
+}
+
+impl Read for RecordReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.head_len < self.head.len() {
+            let want = (self.head.len() - self.head_len).min(buf.len());
+            let n = self.sock.read(&mut buf[..want])?;
+            self.head[self.head_len..self.head_len + n].copy_from_slice(&buf[..n]);
+            self.head_len += n;
+            if self.head_len == self.head.len() {
+                // Content type, legacy version, then the record's length.
+                self.body_left = u16::from_be_bytes([self.head[3], self.head[4]]) as usize;
+                if self.body_left == 0 {
+                    self.head_len = 0;
+                }
+            }
+            return Ok(n);
+        }
+        let want = self.body_left.min(buf.len());
+        let n = self.sock.read(&mut buf[..want])?;
+        self.body_left -= n;
+        if self.body_left == 0 {
+            self.head_len = 0;
+        }
+        Ok(n)
+    }
+}
+
+impl Write for RecordReader {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.sock.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.sock.flush()
+    }
 }
 
 /// Closes a stream from another thread (to unblock a reader or writer on cancel).
@@ -104,21 +176,30 @@ impl Closer {
 
 impl Stream {
     /// TLS client handshake on a connected socket; returns the stream and its exporter value.
+    /// Reads record by record (`RecordReader`), so nothing the peer sends after TLS is lost.
     pub fn tls_client(sock: TcpStream) -> io::Result<(Self, [u8; 32])> {
-        let (conn, sock, exporter) = client_handshake(sock)?;
+        let (conn, sock, exporter) = client_handshake(RecordReader::new(sock))?;
         Ok((Stream::TlsClient(Box::new(StreamOwned::new(conn, sock))), exporter))
     }
 
     pub fn tls_server(sock: TcpStream) -> io::Result<(Self, [u8; 32])> {
-        let (conn, sock, exporter) = server_handshake(sock)?;
+        let (conn, sock, exporter) = server_handshake(RecordReader::new(sock))?;
         Ok((Stream::TlsServer(Box::new(StreamOwned::new(conn, sock))), exporter))
+    }
+
+    /// Whether a TLS client stream's peer presented the certificate `pin` names.
+    pub fn peer_has_pin(&self, pin: &[u8; 32]) -> bool {
+        match self {
+            Stream::TlsClient(s) => s.conn.peer_certificates().and_then(|c| c.first()).is_some_and(|c| &cert_pin(c) == pin),
+            _ => false,
+        }
     }
 
     pub fn closer(&self) -> Closer {
         let sock = match self {
             Stream::Tcp(s) => s.try_clone(),
-            Stream::TlsClient(s) => s.sock.try_clone(),
-            Stream::TlsServer(s) => s.sock.try_clone(),
+            Stream::TlsClient(s) => s.sock.sock.try_clone(),
+            Stream::TlsServer(s) => s.sock.sock.try_clone(),
             Stream::Unix(u) => {
                 return match u.try_clone() {
                     Ok(u) => Closer(Arc::new(move || {
@@ -358,7 +439,7 @@ pub fn tls_control_server(sock: TcpStream) -> io::Result<(ControlHalves, [u8; 32
 }
 
 /// A completed TLS 1.3 client handshake on `sock`, with the session's exporter value.
-fn client_handshake(mut sock: TcpStream) -> io::Result<(ClientConnection, TcpStream, [u8; 32])> {
+fn client_handshake<S: Read + Write>(mut sock: S) -> io::Result<(ClientConnection, S, [u8; 32])> {
     let name = ServerName::try_from("tern").unwrap();
     let mut conn = ClientConnection::new(client_config(), name).map_err(tls_err)?;
     while conn.is_handshaking() {
@@ -368,7 +449,7 @@ fn client_handshake(mut sock: TcpStream) -> io::Result<(ClientConnection, TcpStr
     Ok((conn, sock, exporter))
 }
 
-fn server_handshake(mut sock: TcpStream) -> io::Result<(ServerConnection, TcpStream, [u8; 32])> {
+fn server_handshake<S: Read + Write>(mut sock: S) -> io::Result<(ServerConnection, S, [u8; 32])> {
     let mut conn = ServerConnection::new(server_config()).map_err(tls_err)?;
     while conn.is_handshaking() {
         conn.complete_io(&mut sock)?;

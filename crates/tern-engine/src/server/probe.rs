@@ -144,9 +144,9 @@ pub(crate) fn serve(reader: &mut CtrlReader, writer: &CtrlWriter, streams: Recei
     let (n, chunk) = (req.streams.min(MAX_TEST_STREAMS), req.chunk_size);
     let dest = if req.path.is_empty() { Err("no destination directory was named".to_string()) } else { served.roots.resolve(&req.path).map_err(|e| e.message) };
     let pull = req.flags & TEST_PULL != 0;
-    writer.send(&Control::Ready { session_id: served.session_id, data_addr: served.data_addr.into_bytes(), nonce: random() })?;
+    writer.send(&Control::Ready { session_id: served.session_id, data_addr: served.data_addr.into_bytes(), nonce: random(), cert_pin: None })?;
     let started = Instant::now();
-    let auth = StreamAuth { session_id: served.session_id, session_key: served.key, encrypt: req.flags & TEST_NO_ENCRYPT == 0 };
+    let auth = StreamAuth::new(served.session_id, served.key, req.flags & TEST_NO_ENCRYPT == 0);
     let arrived = Arc::new(AtomicU64::new(0));
     let lanes: Arc<Mutex<Vec<Lane>>> = Arc::default();
     {

@@ -154,19 +154,21 @@ pub fn serve_session(halves: ControlHalves, streams: Receiver<PendingStream>, se
             return Err(e);
         }
     };
-    writer.send(&Control::Ready { session_id, data_addr: data_addr.into_bytes(), nonce: random() })?;
+    // The pin lets a client with the bit push before `DataAccept` (docs/protocol.md).
+    let cert_pin = (client_features & tern_proto::msg::FEATURE_EARLY_GO != 0).then(crate::net::transport::server_cert_pin);
+    writer.send(&Control::Ready { session_id, data_addr: data_addr.into_bytes(), nonce: random(), cert_pin })?;
     let encrypt = !options.no_encrypt();
     // A third-party receiver's streams come from the sending daemon, which holds only the
     // ticket the client derived from our session key, never the key itself.
     let stream_key = if options.third_party() && role == Role::Receiver { tern_proto::auth::stream_ticket(&key) } else { key };
-    let auth = StreamAuth { session_id, session_key: stream_key, encrypt };
+    let auth = StreamAuth::new(session_id, stream_key, encrypt);
     let mut conns = Vec::new();
     if let Some(addr) = &reverse_to {
         // --reverse: only outbound connections are allowed here, so we connect to the client.
         let addrs: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(addr.as_str()).map_err(|e| TransferError::network(format!("--reverse: the client at {addr}: {e}")))?.collect();
         conns = dial_streams(&addrs, &auth, 0..options.streams as u32, "--reverse: the client")?;
     } else if let Some(d) = &dial {
-        let theirs = StreamAuth { session_id: d.session_id, session_key: d.ticket, encrypt };
+        let theirs = StreamAuth::new(d.session_id, d.ticket, encrypt);
         conns = match dial_peer(&d.addrs, &d.addr, &theirs, options.streams) {
             Ok(c) => c,
             Err(e) => {
@@ -351,7 +353,7 @@ fn first_stream(addrs: &[SocketAddr], auth: &StreamAuth, deadline: Instant) -> R
             let sock = crate::net::transport::connect_any(&addrs)?;
             let peer = sock.peer_addr()?;
             *held2.lock().unwrap() = sock.try_clone().ok();
-            Ok((crate::net::datastream::connect_stream(sock, &auth2, 0, None)?, peer))
+            Ok((crate::net::datastream::connect_stream(sock, &auth2, 0, None, false)?, peer))
         })();
         let _ = tx.send(r.map_err(|e: std::io::Error| e.to_string()));
     });
@@ -381,7 +383,7 @@ fn dial_streams(addrs: &[SocketAddr], auth: &StreamAuth, indexes: std::ops::Rang
                 s.spawn(move || {
                     let sock =
                         crate::net::transport::connect_any(addrs).map_err(|e| TransferError::network(format!("{whom} at {shown}: cannot connect: {e} (is its port reachable from this host?)")))?;
-                    crate::net::datastream::connect_stream(sock, auth, i, None).map_err(|e| TransferError::network(format!("{whom} at {shown}: data stream: {e}")))
+                    crate::net::datastream::connect_stream(sock, auth, i, None, false).map_err(|e| TransferError::network(format!("{whom} at {shown}: data stream: {e}")))
                 })
             })
             .collect();
