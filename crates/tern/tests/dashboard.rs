@@ -85,40 +85,30 @@ fn dashboard_in_headless_chromium() {
     let state = base.join("state");
     let daemon_token = base.join("daemon.token");
     let log = base.join("serve.log");
-    let (mut serve, mut http, mut data_port) = (None, 0, 0);
-    for _ in 0..4 {
-        (http, data_port) = (free_port(), free_port());
-        let mut child = Command::new(tern_bin())
-            .args(["serve", "--listen", &format!("127.0.0.1:{data_port}"), "--http-listen", &format!("127.0.0.1:{http}")])
-            .arg("--root")
-            .arg(&root)
-            // Jobs read and write local trees beside the daemon's root.
-            .arg("--job-root")
-            .arg(base)
-            // CI runs as root; this test is not about run-as mapping (tests/service_security.rs is).
-            .arg("--allow-root-transfers")
-            .arg("--token-file")
-            .arg(&daemon_token)
-            // The scheduled path test below runs every 6 s against the daemon.
-            .args(["--test-min-interval", "1", "--allow-host", "127.0.0.1"])
-            .arg("--state-dir")
-            .arg(&state)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        // Another test's server may have taken a port `free_port` found: then try fresh ones.
-        match wait_for_log(&mut child, &log, 0, &serving_lines(http, data_port)) {
-            Ok(()) => {
-                serve = Some(Serve(child));
-                break;
-            }
-            Err(said) if said.contains("in use") => continue,
-            Err(said) => panic!("tern serve exited at start: {said}"),
-        }
-    }
-    let _serve = serve.expect("tern serve found free ports in four tries");
+    // Port 0 for both: the ports come from what this very server says (`wait_for_serving`).
+    let mut child = Command::new(tern_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
+        .arg("--root")
+        .arg(&root)
+        // Jobs read and write local trees beside the daemon's root.
+        .arg("--job-root")
+        .arg(base)
+        // CI runs as root; this test is not about run-as mapping (tests/service_security.rs is).
+        .arg("--allow-root-transfers")
+        .arg("--token-file")
+        .arg(&daemon_token)
+        // The scheduled path test below runs every 6 s against the daemon.
+        .args(["--test-min-interval", "1", "--allow-host", "127.0.0.1"])
+        .arg("--state-dir")
+        .arg(&state)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let ports = wait_for_serving(&mut child, &log, 0);
+    let _serve = Serve(child);
+    let (http, data_port) = ports.unwrap_or_else(|said| panic!("tern serve exited at start: {said}"));
     let admin = std::fs::read_to_string(state.join("admin.token")).unwrap().trim().to_string();
     let url = format!("https://127.0.0.1:{http}");
     // Screenshots stay after the run (target/tmp/dashboard/) for a person to look at.

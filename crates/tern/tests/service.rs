@@ -25,8 +25,6 @@ struct Service {
     pub daemon_token: PathBuf,
     env: Vec<(String, String)>,
     extra: Vec<String>,
-    /// Started once: its ports are known to clients and stay.
-    started: bool,
 }
 
 impl Service {
@@ -53,14 +51,13 @@ impl Service {
         std::fs::create_dir_all(base).unwrap();
         Service {
             child: Command::new("true").spawn().unwrap(),
-            http: free_port(),
-            data_port: free_port(),
+            http: 0,
+            data_port: 0,
             state: base.join("state"),
             root: root.to_path_buf(),
             daemon_token: token.to_path_buf(),
             env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
-            started: false,
         }
     }
 
@@ -85,26 +82,17 @@ impl Service {
         self.child = cmd.spawn().unwrap();
     }
 
-    /// Starts `tern serve` and waits until this very process says it serves both ports. Ports
-    /// that accept a connection are not proof: `free_port` let go of them, so another test's
-    /// server may hold one while ours failed to bind it. A first start that lost its ports
-    /// that way tries fresh ones (a restart keeps them: clients already know the address).
+    /// Starts `tern serve` and waits until this very process says it serves, taking its ports
+    /// from what it says: the first start binds port 0 (`wait_for_serving` says why), a restart
+    /// the ports it had, which clients already know.
     fn spawn(&mut self) {
-        let first = !self.started;
-        for attempt in 0..4 {
-            let log = self.state.with_file_name("service.log");
-            let from = std::fs::metadata(&log).map_or(0, |m| m.len() as usize);
-            self.launch();
-            match wait_for_log(&mut self.child, &log, from, &serving_lines(self.http, self.data_port)) {
-                Ok(()) => {
-                    self.started = true;
-                    return;
-                }
-                Err(said) if first && attempt < 3 && said.contains("in use") => (self.http, self.data_port) = (free_port(), free_port()),
-                Err(said) => panic!("tern serve exited at start: {said}"),
-            }
+        let log = self.state.with_file_name("service.log");
+        let from = std::fs::metadata(&log).map_or(0, |m| m.len() as usize);
+        self.launch();
+        match wait_for_serving(&mut self.child, &log, from) {
+            Ok((http, data_port)) => (self.http, self.data_port) = (http, data_port),
+            Err(said) => panic!("tern serve exited at start: {said}"),
         }
-        panic!("tern serve found no free ports in four tries");
     }
 
     fn kill9(&mut self) {

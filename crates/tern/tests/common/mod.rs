@@ -202,27 +202,31 @@ pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// Waits until `child`'s log (from byte `from` on) holds every line of `lines`: proof that this
-/// very process serves, where a port that accepts may be another test's server (`free_port`
-/// lets go of the port it found). `Err` carries what the log said if the child exited first.
-pub(crate) fn wait_for_log(child: &mut Child, log: &Path, from: usize, lines: &[String]) -> Result<(), String> {
+/// Waits until `child`, a `tern serve` with a service, says in its log (from byte `from` on)
+/// that it serves, and returns the service API's and the daemon's ports from its own lines.
+/// Start it on port 0: the kernel's pick cannot be another test's, while a port `free_port`
+/// found and let go of can be taken by another test's server first. `Err` carries what the log
+/// said if the child exited before.
+pub(crate) fn wait_for_serving(child: &mut Child, log: &Path, from: usize) -> Result<(u16, u16), String> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let said = std::fs::read(log).ok().and_then(|b| b.get(from..).map(|b| String::from_utf8_lossy(b).into_owned())).unwrap_or_default();
-        if lines.iter().all(|l| said.contains(l.as_str())) {
-            return Ok(());
+        if let (Some(http), Some(data)) = (port_after(&said, "service API on https://127.0.0.1:"), port_after(&said, "listening on 127.0.0.1:")) {
+            return Ok((http, data));
         }
         if child.try_wait().unwrap().is_some() {
             return Err(said);
         }
-        assert!(Instant::now() < deadline, "not started within 20 s: {said}");
+        assert!(Instant::now() < deadline, "not serving within 20 s: {said}");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
-/// The lines a `tern serve` with a service prints once it serves both ports.
-pub(crate) fn serving_lines(http: u16, data_port: u16) -> Vec<String> {
-    vec![format!("service API on https://127.0.0.1:{http}"), format!("listening on 127.0.0.1:{data_port}")]
+/// The port right after `prefix` in `said`, once its line is complete.
+fn port_after(said: &str, prefix: &str) -> Option<u16> {
+    let rest = &said[said.find(prefix)? + prefix.len()..];
+    let digits = rest.find(|c: char| !c.is_ascii_digit())?;
+    rest[..digits].parse().ok()
 }
 
 /// A real `tern serve` on a loopback port; killed (by PID) on drop.
