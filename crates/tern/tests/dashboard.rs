@@ -143,11 +143,11 @@ fn dashboard_in_headless_chromium() {
     // A cluster node of its own (one node: admitted alone) for the Nodes panel.
     let pg = pg::Postgres::start();
     let node = pg.as_ref().map(|pg| {
-        let (http, state, root) = (free_port(), base.join("node-state"), base.join("node-root"));
+        let (state, root, node_log) = (base.join("node-state"), base.join("node-root"), base.join("node.log"));
         std::fs::create_dir_all(&root).unwrap();
         let db = pg.create_db("dash");
-        let child = Command::new(tern_bin())
-            .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", &format!("127.0.0.1:{http}"), "--token-file"])
+        let mut child = Command::new(tern_bin())
+            .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--token-file"])
             .arg(&daemon_token)
             .arg("--root")
             .arg(&root)
@@ -156,15 +156,12 @@ fn dashboard_in_headless_chromium() {
             .args(["--db", &db, "--cluster", "site-a", "--node-name", "dtn-ui", "--cluster-heartbeat-ms", "300"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&node_log).unwrap())
             .spawn()
             .unwrap();
+        let ports = wait_for_serving(&mut child, &node_log, 0);
         let serve = Serve(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", http)).is_err() {
-            assert!(Instant::now() < deadline, "the cluster node did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let (http, _) = ports.unwrap_or_else(|said| panic!("the cluster node exited at start: {said}"));
         let token = std::fs::read_to_string(state.join("admin.token")).unwrap().trim().to_string();
         (serve, format!("https://127.0.0.1:{http}"), token)
     });
