@@ -215,6 +215,7 @@ fn a_second_test_at_once_is_refused() {
 /// within 15 % of the cap (TCP/IP headers take about 4 % of it).
 #[test]
 fn a_link_capped_at_300_mbits_is_named_with_its_rate() {
+    measuring();
     let Some(mut n) = Netns::up("c", "198.19.201") else { return };
     n.qdisc("add", true, &["tbf", "rate", "300mbit", "burst", "64kb", "latency", "50ms"]);
     let t = scratch();
@@ -235,6 +236,7 @@ fn a_link_capped_at_300_mbits_is_named_with_its_rate() {
 /// under load at 30 Mb/s).
 #[test]
 fn a_slow_link_measures_its_rate_even_in_a_short_test() {
+    measuring();
     let Some(mut n) = Netns::up("w", "198.19.203") else { return };
     n.qdisc("add", true, &["tbf", "rate", "10mbit", "burst", "64kb", "latency", "50ms"]);
     let t = scratch();

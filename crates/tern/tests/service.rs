@@ -1492,6 +1492,7 @@ fn hook_receiver(port: u16) -> (String, std::sync::Arc<std::sync::Mutex<Vec<Valu
 /// database across a kill -9 and is delivered by the restarted service.
 #[test]
 fn service_path_test_regression_notifies_once_when_the_link_is_throttled() {
+    measuring();
     let Some(mut link) = throttled_link("300mbit") else { return };
     let t = scratch();
     let root = t.path().join("far");
@@ -1520,9 +1521,11 @@ fn service_path_test_regression_notifies_once_when_the_link_is_throttled() {
     };
     let rates: Vec<f64> = base.iter().map(|r| r["many_gbps"].as_f64().unwrap_or_else(|| panic!("baseline run failed: {r}"))).collect();
     println!("baseline at 300 Mb/s: {rates:?} Gb/s ({:?})", started.elapsed());
-    // At most the cap; below it when other tests share the 2 cores (the full suite), but far
-    // above what 30 Mb/s allows, which is all the alert needs.
-    assert!(rates.iter().all(|r| (0.1..=0.345).contains(r)), "{rates:?}");
+    // At most the cap; below it when other work shares the 2 cores, but each at least twice
+    // what 30 Mb/s allows and their median far above it, which is all the alert needs.
+    let mut sorted = rates.clone();
+    sorted.sort_by(f64::total_cmp);
+    assert!(rates.iter().all(|r| (0.06..=0.345).contains(r)) && sorted[1] >= 0.1, "{rates:?}");
     assert!(base.iter().all(|r| r["regressed"] == false));
     shape(&link, "change", "30mbit");
     // A run that straddled the change may be either; the second good run after it is surely

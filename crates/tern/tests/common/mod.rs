@@ -23,8 +23,46 @@ pub(crate) fn tern_bin() -> &'static str {
 
 /// A scratch directory on tmpfs when there is one (big files must not measure the disk).
 pub(crate) fn scratch() -> tempfile::TempDir {
+    share_the_machine();
     let shm = Path::new("/dev/shm");
     if shm.is_dir() { tempfile::tempdir_in(shm).unwrap() } else { tempfile::tempdir().unwrap() }
+}
+
+/// Tests that measure a rate against a cap (`measuring`) run with no other test beside them:
+/// the suite shares two cores, and a copy beside one took a 300 Mb/s link to 0.07 Gb/s. Every
+/// test that makes a scratch directory (nearly all) holds the shared side until it ends (its
+/// thread's end drops the guard: the test harness runs each test on a thread of its own); a
+/// measuring test waits for those running to end, and the lock's waiting writer holds back new
+/// ones.
+static MACHINE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+enum Held {
+    Shared(#[allow(dead_code)] std::sync::RwLockReadGuard<'static, ()>),
+    Alone(#[allow(dead_code)] std::sync::RwLockWriteGuard<'static, ()>),
+}
+
+thread_local! {
+    static HELD: std::cell::RefCell<Option<Held>> = const { std::cell::RefCell::new(None) };
+}
+
+fn share_the_machine() {
+    HELD.with(|h| {
+        let mut h = h.borrow_mut();
+        if h.is_none() {
+            *h = Some(Held::Shared(MACHINE.read().unwrap_or_else(|e| e.into_inner())));
+        }
+    });
+}
+
+/// Call first in a test that measures a rate: it then runs alone (see `MACHINE`).
+pub(crate) fn measuring() {
+    HELD.with(|h| {
+        let mut h = h.borrow_mut();
+        if !matches!(*h, Some(Held::Alone(_))) {
+            *h = None;
+            *h = Some(Held::Alone(MACHINE.write().unwrap_or_else(|e| e.into_inner())));
+        }
+    });
 }
 
 /// Deterministic incompressible bytes.
