@@ -766,12 +766,12 @@ type Opener = Box<dyn Fn(u32) -> Option<DataConn> + Send>;
 type Repairing = (bool, Option<Reopen>);
 const NO_RESETS: Repairing = (false, None);
 
-/// Whether this session repairs corrupted data streams: both ends have Hello feature bit 5.
 /// Whether the server reads its data streams' TLS records one at a time (`FEATURE_EARLY_GO`).
 fn early_go_with(server_features: u64) -> bool {
     server_features & crate::net::handshake::our_features() & tern_proto::msg::FEATURE_EARLY_GO != 0
 }
 
+/// Whether this session repairs corrupted data streams: both ends have Hello feature bit 5.
 fn resets_with(server_features: u64) -> bool {
     server_features & crate::net::handshake::our_features() & FEATURE_STREAM_RESET != 0
 }
