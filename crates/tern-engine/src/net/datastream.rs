@@ -150,6 +150,16 @@ impl Preconnected {
         if encrypt != auth.encrypt {
             return Err(bad("data stream encryption does not match the session"));
         }
+        // Checked before anything is sent: a stream to another certificate gets no hello.
+        let trusted = match auth.early.cert_pin {
+            Some(pin) if encrypt => {
+                if !stream.peer_has_pin(&pin) {
+                    return Err(io::Error::new(io::ErrorKind::PermissionDenied, "data stream peer presented a certificate other than the server's"));
+                }
+                true
+            }
+            _ => !encrypt,
+        };
         let nonce = random::<32>();
         let proof = stream_proof(&auth.session_key, Party::Client, &auth.session_id, index, &nonce, &exporter);
         stream.write_all(&DataHello { session_id: auth.session_id, stream: index, nonce, proof }.encode())?;
@@ -159,10 +169,6 @@ impl Preconnected {
             (&sock).write_all(&[GO])?;
         }
         let data_key = export_data_key(&stream, index)?;
-        let trusted = !encrypt || auth.early.cert_pin.is_some_and(|pin| stream.peer_has_pin(&pin));
-        if encrypt && auth.early.cert_pin.is_some() && !trusted {
-            return Err(io::Error::new(io::ErrorKind::PermissionDenied, "data stream peer presented a certificate other than the server's"));
-        }
         let expect = stream_proof(&auth.session_key, Party::Server, &auth.session_id, index, &nonce, &exporter);
         let pending = PendingAccept { stream, expect };
         let accept = if early && writes_only && trusted {
@@ -354,10 +360,14 @@ mod tests {
     #[test]
     fn a_writer_refuses_a_peer_without_the_pinned_certificate() {
         let (c, a) = pair();
-        let acceptor = thread::spawn(move || drop(accept(a)));
+        let acceptor = thread::spawn(move || {
+            let mut kind = [0u8; 1];
+            (&a).read_exact(&mut kind).unwrap();
+            accept_stream(a, kind[0]).is_err()
+        });
         let err = connect_stream(c, &early(Some([9; 32])), 0, None, true).err().expect("a foreign certificate is refused");
         assert_eq!(err.kind(), io::ErrorKind::PermissionDenied, "{err}");
-        acceptor.join().unwrap();
+        assert!(acceptor.join().unwrap(), "the refused stream sent no hello");
     }
 
     /// A reading connector with the early go-ahead waits for `DataAccept`, and what the
