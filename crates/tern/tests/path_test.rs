@@ -211,17 +211,26 @@ fn a_second_test_at_once_is_refused() {
     assert_clean(&root);
 }
 
+/// A daemon in namespace `name` (`PREFIX.2`, port 7788) with a root and token in a scratch
+/// directory (kept alive by the caller), its link capped at `rate` by `tbf` when given.
+fn daemon_across(name: &str, prefix: &str, rate: Option<&str>) -> Option<(Netns, tempfile::TempDir, std::path::PathBuf)> {
+    let mut n = Netns::up(name, prefix)?;
+    if let Some(rate) = rate {
+        n.qdisc("add", true, &["tbf", "rate", rate, "burst", "64kb", "latency", "50ms"]);
+    }
+    let t = scratch();
+    std::fs::create_dir_all(t.path().join("root")).unwrap();
+    let token = t.path().join("token");
+    n.serve(&t.path().join("root"), &token);
+    Some((n, t, token))
+}
+
 /// A link capped at 300 Mb/s by `tbf`: the verdict is the network, and the N-stream number is
 /// within 15 % of the cap (TCP/IP headers take about 4 % of it).
 #[test]
 fn a_link_capped_at_300_mbits_is_named_with_its_rate() {
     measuring();
-    let Some(mut n) = Netns::up("c", "198.19.201") else { return };
-    n.qdisc("add", true, &["tbf", "rate", "300mbit", "burst", "64kb", "latency", "50ms"]);
-    let t = scratch();
-    std::fs::create_dir_all(t.path().join("root")).unwrap();
-    let token = t.path().join("token");
-    n.serve(&t.path().join("root"), &token);
+    let Some((n, _t, token)) = daemon_across("c", "198.19.201", Some("300mbit")) else { return };
     let v = report(&n.tern(&["test", "--seconds", "10", "--json", "--token-file", token.to_str().unwrap(), &n.url("")]));
     assert_complete(&v, true);
     assert_eq!(v["verdict"]["limit"], "network", "{v}");
@@ -237,12 +246,7 @@ fn a_link_capped_at_300_mbits_is_named_with_its_rate() {
 #[test]
 fn a_slow_link_measures_its_rate_even_in_a_short_test() {
     measuring();
-    let Some(mut n) = Netns::up("w", "198.19.203") else { return };
-    n.qdisc("add", true, &["tbf", "rate", "10mbit", "burst", "64kb", "latency", "50ms"]);
-    let t = scratch();
-    std::fs::create_dir_all(t.path().join("root")).unwrap();
-    let token = t.path().join("token");
-    n.serve(&t.path().join("root"), &token);
+    let Some((n, _t, token)) = daemon_across("w", "198.19.203", Some("10mbit")) else { return };
     for _ in 0..3 {
         let v = report(&n.tern(&["test", "--seconds", "5", "--json", "--token-file", token.to_str().unwrap(), &n.url("")]));
         for what in ["one_gbps", "many_gbps"] {
@@ -257,11 +261,7 @@ fn a_slow_link_measures_its_rate_even_in_a_short_test() {
 /// bounded time with one line naming the far side, instead of a read that waits for ever.
 #[test]
 fn a_path_that_loses_every_packet_ends_the_test_with_one_line() {
-    let Some(mut n) = Netns::up("x", "198.19.202") else { return };
-    let t = scratch();
-    std::fs::create_dir_all(t.path().join("root")).unwrap();
-    let token = t.path().join("token");
-    n.serve(&t.path().join("root"), &token);
+    let Some((n, _t, token)) = daemon_across("x", "198.19.202", None) else { return };
     let mut child = Command::new("ip")
         .args(["netns", "exec", n.a.as_deref().unwrap(), tern_bin(), "test", "--seconds", "5", "--token-file", token.to_str().unwrap(), &n.url("")])
         .stdin(Stdio::null())
