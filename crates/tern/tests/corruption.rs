@@ -447,7 +447,7 @@ fn older_peer_keeps_the_fatal_behaviour() {
     let root = t.path().join("root");
     fs::create_dir(&root).unwrap();
     // Bits 0-4: everything this build has except stream resets.
-    let d = Daemon::start_on(&root, &t.path().join("token"), free_port(), &[("TERN_DEBUG_FEATURES", "31")]);
+    let d = Daemon::start_on(&root, &t.path().join("token"), 0, &[("TERN_DEBUG_FEATURES", "31")]);
     let relay = Relay::start(d.port, Damage::Anywhere { gap: 4 * MIB }, 7);
     let src = t.path().join("src");
     make_source(&src);

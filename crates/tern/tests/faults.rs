@@ -60,8 +60,8 @@ fn receiver_killed_mid_transfer_resumes_within_the_run() {
     let root = t.path().join("root");
     fs::create_dir(&root).unwrap();
     let token = t.path().join("token");
-    let port = free_port();
-    let mut d = Daemon::start_on(&root, &token, port, &[]);
+    let mut d = Daemon::start_on(&root, &token, 0, &[]);
+    let port = d.port;
     let url = d.url("/big.bin");
     let client =
         spawn_tern(&["cp", src.to_str().unwrap(), &url, "--token-file", token.to_str().unwrap(), "--chunk-size", "1M", "--streams", "2", "--retry-for", "60"], &[("TERN_FAULT_DELAY_MS", "15")]);
@@ -89,8 +89,8 @@ fn receiver_killed_then_rerun_sends_only_unverified_chunks() {
     let root = t.path().join("root");
     fs::create_dir(&root).unwrap();
     let token = t.path().join("token");
-    let port = free_port();
-    let mut d = Daemon::start_on(&root, &token, port, &[]);
+    let mut d = Daemon::start_on(&root, &token, 0, &[]);
+    let port = d.port;
     let url = d.url("/big.bin");
     let args = ["cp", src.to_str().unwrap(), &url, "--token-file", token.to_str().unwrap(), "--chunk-size", "1M", "--streams", "2", "--retry-for", "0"];
     let client = spawn_tern(&args, &[("TERN_FAULT_DELAY_MS", "15")]);
@@ -338,8 +338,8 @@ fn progress_during_an_outage_keeps_the_totals_and_says_reconnecting() {
     let root = t.path().join("root");
     fs::create_dir(&root).unwrap();
     let token = t.path().join("token");
-    let port = free_port();
-    let mut d = Daemon::start_on(&root, &token, port, &[]);
+    let mut d = Daemon::start_on(&root, &token, 0, &[]);
+    let port = d.port;
     let url = d.url("/big.bin");
     let client = spawn_tern(
         &["cp", src.to_str().unwrap(), &url, "--token-file", token.to_str().unwrap(), "--chunk-size", "1M", "--streams", "2", "--retry-for", "60", "--progress-json"],
@@ -384,8 +384,8 @@ fn a_pull_through_an_outage_counts_each_file_once() {
         write_file(&root.join(format!("run/f{i:02}")), i, 2 * MIB as usize);
     }
     let token = t.path().join("token");
-    let port = free_port();
-    let mut d = Daemon::start_on(&root, &token, port, &[("TERN_FAULT_DELAY_MS", "20")]);
+    let mut d = Daemon::start_on(&root, &token, 0, &[("TERN_FAULT_DELAY_MS", "20")]);
+    let port = d.port;
     let dst = t.path().join("dst");
     let client = spawn_tern(&["cp", "-r", &d.url("/run"), dst.to_str().unwrap(), "--token-file", token.to_str().unwrap(), "--chunk-size", "1M", "--streams", "2", "--retry-for", "60"], &[]);
     let landed = || fs::read_dir(&dst).map(|r| r.filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with('f')).count()).unwrap_or(0);
@@ -414,8 +414,8 @@ fn a_push_through_an_outage_counts_each_file_once() {
     let root = t.path().join("root");
     fs::create_dir(&root).unwrap();
     let token = t.path().join("token");
-    let port = free_port();
-    let mut d = Daemon::start_on(&root, &token, port, &[]);
+    let mut d = Daemon::start_on(&root, &token, 0, &[]);
+    let port = d.port;
     let client = spawn_tern(
         &["cp", "-r", src.to_str().unwrap(), &d.url("/run"), "--token-file", token.to_str().unwrap(), "--chunk-size", "1M", "--streams", "2", "--retry-for", "60"],
         &[("TERN_FAULT_DELAY_MS", "20")],
@@ -457,7 +457,7 @@ fn running_out_of_descriptors_mid_run_fails_no_file() {
     }
     let root = t.path().join("root");
     fs::create_dir(&root).unwrap();
-    let d = Daemon::start_on(&root, &t.path().join("token"), free_port(), &[("TERN_FAULT_EXHAUST_FDS", "40:1500")]);
+    let d = Daemon::start_on(&root, &t.path().join("token"), 0, &[("TERN_FAULT_EXHAUST_FDS", "40:1500")]);
     let r = tern(&["cp", "-r", "--chunk-size", "1M", src.to_str().unwrap(), &d.url("/many"), "--token-file", &d.token_arg()], &[]);
     assert!(r.ok() && r.u64("files") == 312, "daemon: {} {}", r.stderr(), r.json);
     assert_same_tree(&src, &root.join("many"));

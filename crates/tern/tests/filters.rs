@@ -126,7 +126,7 @@ fn a_peer_that_cannot_filter_is_refused_before_anything_moves() {
     let root = t.path().join("root");
     fs::create_dir(&root).unwrap();
     // An older daemon: knows third-party (bit 0) but not filters.
-    let d = Daemon::start_on(&root, &t.path().join("token"), free_port(), &[("TERN_DEBUG_FEATURES", "1")]);
+    let d = Daemon::start_on(&root, &t.path().join("token"), 0, &[("TERN_DEBUG_FEATURES", "1")]);
     let r = tern(&["cp", "-r", "--exclude", "*.tmp", src.to_str().unwrap(), &d.url("/x"), "--token-file", &d.token_arg()], &[]);
     assert!(!r.ok());
     let err = r.stderr();
@@ -231,7 +231,7 @@ fn files_from_reports_missing_paths_refuses_escapes_and_old_peers() {
     let root = t.path().join("root");
     fs::create_dir(&root).unwrap();
     write_file(&root.join("a.dat"), 1, 100);
-    let d = Daemon::start_on(&root, &t.path().join("token"), free_port(), &[("TERN_DEBUG_FEATURES", "7")]);
+    let d = Daemon::start_on(&root, &t.path().join("token"), 0, &[("TERN_DEBUG_FEATURES", "7")]);
     let r = tern(&["cp", "--files-from", &s(&list), "--token-file", &d.token_arg(), &d.url("/"), &s(&t.path().join("dst3"))], &[]);
     assert!(!r.ok());
     assert!(r.stderr().contains("cannot apply --files-from") && r.stderr().trim().lines().count() == 1, "{}", r.stderr());
@@ -261,7 +261,7 @@ fn ignore_existing_keeps_what_is_there_and_copies_the_rest() {
     // An older receiving daemon (feature bit 4 unset) is refused with one line.
     let old_root = t.path().join("old");
     write_file(&old_root.join("a.dat"), 9, 10);
-    let old = Daemon::start_on(&old_root, &t.path().join("token2"), free_port(), &[("TERN_DEBUG_FEATURES", "15")]);
+    let old = Daemon::start_on(&old_root, &t.path().join("token2"), 0, &[("TERN_DEBUG_FEATURES", "15")]);
     let r = tern(&["cp", "-r", "--ignore-existing", "--token-file", &old.token_arg(), &format!("{}/.", s(&src)), &old.url("/")], &[]);
     assert!(!r.ok());
     assert!(r.stderr().contains("cannot apply --ignore-existing") && r.stderr().trim().lines().count() == 1, "{}", r.stderr());

@@ -487,7 +487,7 @@ fn hard_links_stay_links() {
     // A daemon without the feature (an older tern): separate files, nothing lost.
     let old_root = t.path().join("old");
     fs::create_dir(&old_root).unwrap();
-    let old = Daemon::start_on(&old_root, &t.path().join("token2"), free_port(), &[("TERN_DEBUG_FEATURES", "63")]);
+    let old = Daemon::start_on(&old_root, &t.path().join("token2"), 0, &[("TERN_DEBUG_FEATURES", "63")]);
     let r = tern(&["cp", "-r", src.to_str().unwrap(), &old.url("/x"), "--token-file", &old.token_arg()], &[]);
     assert!(r.ok(), "{}", r.stderr());
     assert_same_tree(&src, &old_root.join("x"));

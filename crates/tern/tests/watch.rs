@@ -277,8 +277,8 @@ fn daemon_killed_mid_stream_hooks_run_once_in_order() {
     let token = t.path().join("token");
     let hooks = t.path().join("hooks.txt");
     let hook_arg = format!("analyze=echo \"$TERN_UNIT_NAME $TERN_UNIT_PATH\" >> {}", s(&hooks));
-    let port = free_port();
-    let mut d = Daemon::start_with(&root, &token, port, &[], &["--hook", &hook_arg]);
+    let mut d = Daemon::start_with(&root, &token, 0, &[], &["--hook", &hook_arg]);
+    let port = d.port;
     let mut total = 0;
     for i in 0..4u64 {
         total += snapshot_dir(&src.join(format!("snap_{i}")), 40 + i, 2, 4 * MIB);
@@ -347,7 +347,7 @@ fn daemon_runs_only_registered_hooks_inside_its_root() {
     std::os::unix::fs::symlink(t.path().join("outside"), root.join("escape")).unwrap();
     let token = t.path().join("token");
     let ran = t.path().join("ran.txt");
-    let d = Daemon::start_with(&root, &token, free_port(), &[], &["--hook", &format!("record=echo \"$TERN_UNIT_PATH\" >> {}", s(&ran))]);
+    let d = Daemon::start_with(&root, &token, 0, &[], &["--hook", &format!("record=echo \"$TERN_UNIT_PATH\" >> {}", s(&ran))]);
     let spec = ClientSpec {
         sources: vec![],
         dest: Endpoint::parse(&d.url("/")).unwrap(),
