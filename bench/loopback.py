@@ -15,7 +15,7 @@ client with ssh, and the sshd with the sessions it reaped: the remote side). Row
   tern-base     tern with another build (TERN_BASE_BIN): old binary against new in one run
   scp, rsync    OpenSSH defaults (scp speaks SFTP; rsync -a over ssh)
   disk          (--on-disk only) the disk's own limit, no network: dd conv=fdatasync of the big
-                file, cp -a then sync -f of the small tree. tern's durable copy is then reported
+                file, cp -a then sync -f of a tree. tern's durable copy is then reported
                 against the larger of this and tern --fsync none (what the disk, not tern, allows)
 Every copy is checked byte for byte (sha256) before its time counts. Writes
 bench/results/loopback.md and .json. Needs root (it starts its own sshd on a private port).
@@ -98,6 +98,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--big-gib", type=int, default=4)
     ap.add_argument("--small", type=int, default=10000)
+    ap.add_argument("--real", metavar="DIR", help="also copy a tree nobody here wrote (copied first with cp -a), e.g. $(rustc --print sysroot)")
     ap.add_argument("--tools", default="tern,tern-noenc,tern-nohash,scp,rsync")
     ap.add_argument("--name", help="results name (default: loopback, or loopback-disk with --on-disk)")
     ap.add_argument("--on-disk", metavar="DIR", help="put source and copies under DIR (a disk) instead of tmpfs; caches are dropped before every run; writes loopback-disk.md")
@@ -132,7 +133,11 @@ def main():
             d = small / f"g{i % 100:02d}"
             d.mkdir(parents=True, exist_ok=True)
             (d / f"f{i:05d}").write_bytes(os.urandom(4096))
-        digests = {"big": tree_digest(big), "small": tree_digest(small)}
+        datasets = ["big", "small"]
+        if a.real:
+            subprocess.run(["cp", "-a", a.real, str(src / "real")], check=True)
+            datasets.append("real")
+        digests = {k: tree_digest(src / k) for k in datasets}
         sizes = {k: sum((src / k / p).stat().st_size for p in v) for k, v in digests.items()}
         counts = {k: len(v) for k, v in digests.items()}
         target = "root@127.0.0.1"
@@ -149,7 +154,7 @@ def main():
         if a.on_disk and "disk" not in tools:
             tools.append("disk")
         results = []
-        for ds in ("big", "small"):
+        for ds in datasets:
             times = {t: [] for t in tools}
             cpus = {t: [] for t in tools}
             failed = set()
@@ -190,9 +195,9 @@ def main():
         name = a.name or ("loopback-disk" if a.on_disk else "loopback")
         (out / f"{name}.json").write_text(json.dumps(results, indent=1))
         lines = [
-            f"# loopback: {a.big_gib} GiB file and {a.small} × 4 KiB files, over one sshd on 127.0.0.1",
+            f"# loopback: {a.big_gib} GiB file and {a.small} × 4 KiB files{', and ' + a.real + ' (real: ' + str(counts['real']) + ' files)' if a.real else ''}, over one sshd on 127.0.0.1",
             "",
-            f"{time.strftime('%Y-%m-%d %H:%M')} · 2-core VM · data on {'disk (' + a.on_disk + '), caches dropped before each run' if a.on_disk else 'tmpfs'} · median of {a.reps} · `bench/loopback.py --reps {a.reps}{' --on-disk ' + a.on_disk if a.on_disk else ''} --big-gib {a.big_gib} --small {a.small} --tools {a.tools}`",
+            f"{time.strftime('%Y-%m-%d %H:%M')} · 2-core VM · data on {'disk (' + a.on_disk + '), caches dropped before each run' if a.on_disk else 'tmpfs'} · median of {a.reps} · `bench/loopback.py --reps {a.reps}{' --on-disk ' + a.on_disk if a.on_disk else ''} --big-gib {a.big_gib} --small {a.small}{' --real ' + a.real if a.real else ''} --tools {a.tools}`",
             "",
             "| dataset | tool | median s | GB/s | × scp | × rsync | CPU s/GB (both ends, ssh included) |",
             "|---|---|---|---|---|---|---|",
@@ -205,7 +210,7 @@ def main():
             ratio = lambda t: f"{base[t]['seconds'] / r['seconds']:.2f}" if t in base else "—"
             lines.append(f"| {r['dataset']} | {r['tool']} | {r['seconds']:.2f} | {r['gbps']:.3f} | {ratio('scp')} | {ratio('rsync')} | {r['cpu_s_per_gb']:.2f} |")
         ok = {(x["dataset"], x["tool"]): x for x in results if x["ok"]}
-        for ds in ("big", "small"):
+        for ds in datasets:
             if (ds, "tern") in ok and (ds, "disk") in ok:
                 limit = max(ok[(ds, "disk")]["seconds"], ok.get((ds, "tern-fsync-none"), ok[(ds, "disk")])["seconds"])
                 lines.append(f"Durable copy against the disk's limit ({ds}): tern {ok[(ds, 'tern')]['seconds']:.2f} s = {ok[(ds, 'tern')]['seconds'] / limit:.2f} × max(disk {ok[(ds, 'disk')]['seconds']:.2f} s, tern --fsync none {ok.get((ds, 'tern-fsync-none'), {'seconds': float('nan')})['seconds']:.2f} s).")

@@ -573,7 +573,7 @@ impl Part for PosixPart {
             fsops::set_meta(&file, meta.mode, meta.mtime).map_err(doing("cannot set mode/mtime"))?;
             self.meta_applied.store(true, Relaxed);
         }
-        if self.write_behind {
+        if self.write_behind && self.size >= WRITE_BEHIND_MIN {
             // Asynchronous: queues the file for writeback and returns (no wait).
             start_writeback(&file, 0, 0);
         }
@@ -674,6 +674,14 @@ pub(crate) fn reread_hash(file: &File, size: u64, chunk_size: u32) -> std::resul
     }
     crate::store::hashing::hash_file(file, size, chunk_size).map_err(|e| ("cannot re-read for verification", e))
 }
+
+/// A file written whole that is smaller than this is left to the batch's barrier (`syncfs`)
+/// rather than queued for writeback on its own. On ext4, a writeback started per small file
+/// cost the receiver a third more CPU and a real 52,073-file tree 40 % more time (8.7-9.7 s
+/// against 6.5-6.8 s onto ext4 over loopback); the barrier writes them in one
+/// sweep, and there is little data to overlap. Larger files still start at once, so a barrier
+/// waits only for their tail.
+const WRITE_BEHIND_MIN: u64 = 1 << 20;
 
 /// Writes one chunk's `data` at `off` of a part's temporary, in one `pwrite` (all-zero 64 KiB
 /// blocks of a `fresh` file left as holes), and with `write_behind` starts its writeback
