@@ -1185,11 +1185,16 @@ fn finalizer(rx: Receiver<ToFinalize>, events: Sender<Event>, fsync: bool, verif
     const MAX_FILES: usize = 512;
     const MAX_BYTES: u64 = 1 << 30;
     const MAX_WAIT: Duration = Duration::from_millis(50);
+    const INLINE: usize = 32;
     let mut batch: Vec<(u64, Arc<InFlight>, [u8; 32])> = Vec::new();
     let mut store: Option<Arc<PosixSink>> = None;
     let mut bytes = 0u64;
     let mut first: Option<Instant> = None;
     let mut open = true;
+    // Per file: a length and metadata update (a metadata round trip each on a parallel file
+    // system) or, with --verify full, a whole re-read; then a rename. Side by side on up to 8
+    // threads kept for the session; a batch of up to INLINE files runs on this thread.
+    let mut workers = crate::threads::Pool::new("tern-finish", 8);
     while open || !batch.is_empty() {
         let timeout = first.map_or(Duration::from_secs(3600), |t| MAX_WAIT.saturating_sub(t.elapsed()));
         match rx.recv_timeout(if open { timeout } else { Duration::ZERO }) {
@@ -1209,20 +1214,19 @@ fn finalizer(rx: Receiver<ToFinalize>, events: Sender<Event>, fsync: bool, verif
         if batch.is_empty() {
             continue;
         }
-        // Per file: a length and metadata update (a metadata round trip each on a parallel file
-        // system) or, with --verify full, a whole re-read; side by side, not one after another.
         // The re-read comes between the length and the metadata (`finish_verified`).
-        let ready: Vec<(u64, Arc<InFlight>)> = in_parallel(&batch, |(id, file, expected)| match file.part.finish_verified(&file.meta, verify_full.then_some(expected)) {
-            Ok(()) => Some((*id, file.clone())),
-            Err(e) => {
-                let _ = events.send(Event::FinalizeFailed { id: *id, kind: e.error_kind(), message: e.described() });
-                None
-            }
-        })
-        .into_iter()
-        .flatten()
-        .collect();
-        batch.clear();
+        let failed = events.clone();
+        let ready: Vec<(u64, Arc<InFlight>)> = workers
+            .map(std::mem::take(&mut batch), INLINE, move |(id, file, expected)| match file.part.finish_verified(&file.meta, verify_full.then_some(&expected)) {
+                Ok(()) => Some((id, file)),
+                Err(e) => {
+                    let _ = failed.send(Event::FinalizeFailed { id, kind: e.error_kind(), message: e.described() });
+                    None
+                }
+            })
+            .into_iter()
+            .flatten()
+            .collect();
         if fsync
             && !ready.is_empty()
             && let Some(store) = &store
@@ -1232,31 +1236,16 @@ fn finalizer(rx: Receiver<ToFinalize>, events: Sender<Event>, fsync: bool, verif
             // data).
             let _ = store.barrier();
         }
-        in_parallel(&ready, |(id, file)| match file.part.publish() {
+        let published = events.clone();
+        workers.map(ready, INLINE, move |(id, file)| match file.part.publish() {
             Ok(()) => {
-                let _ = events.send(Event::Finalized { id: *id });
+                let _ = published.send(Event::Finalized { id });
             }
             Err(e) => {
-                let _ = events.send(Event::FinalizeFailed { id: *id, kind: e.error_kind(), message: e.described() });
+                let _ = published.send(Event::FinalizeFailed { id, kind: e.error_kind(), message: e.described() });
             }
         });
         bytes = 0;
         first = None;
     }
-}
-
-/// Runs `f` on every item, on up to 8 threads for a large batch (inline for a small one), and
-/// returns the results in order.
-fn in_parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    const WORKERS: usize = 8;
-    const INLINE: usize = 32;
-    if items.len() <= INLINE {
-        return items.iter().map(&f).collect();
-    }
-    let per = items.len().div_ceil(WORKERS);
-    thread::scope(|s| {
-        let f = &f;
-        let parts: Vec<_> = items.chunks(per).map(|part| s.spawn(move || part.iter().map(f).collect::<Vec<R>>())).collect();
-        parts.into_iter().flat_map(|h| h.join().expect("finalizer worker panicked")).collect()
-    })
 }
