@@ -41,6 +41,33 @@ pub fn spawn<T: Send + 'static>(name: &str, f: impl FnOnce() -> T + Send + 'stat
     }
 }
 
+/// [`spawn`] for a thread that borrows from the caller (`std::thread::scope`): the same name
+/// and the same waiting out of a refusal. Used for the short-lived threads that set up a
+/// session's data streams side by side.
+pub fn spawn_scoped<'scope, T: Send + 'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'scope,
+) -> io::Result<std::thread::ScopedJoinHandle<'scope, T>> {
+    let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(f)));
+    let mut tries = 0;
+    loop {
+        let taken = slot.clone();
+        let run = move || {
+            let f = taken.lock().unwrap().take().expect("a started thread takes its work once");
+            f()
+        };
+        match std::thread::Builder::new().name(name.into()).spawn_scoped(scope, run) {
+            Ok(handle) => return Ok(handle),
+            Err(e) if ErrorKind::of_io(&e) == ErrorKind::ResourceLimit && tries < RETRIES => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(20 * u64::from(tries)));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// A thread refused for good, as the error a person reads: which side, and what to do.
 pub fn refused(side: Side, what: &str, err: &io::Error) -> TransferError {
     TransferError::fatal(
@@ -173,6 +200,13 @@ mod tests {
         let me = std::thread::current().id();
         assert!(pool.map(vec![1, 2, 3], 8, move |_: i32| std::thread::current().id() == me).into_iter().all(|x| x));
         assert!(pool.threads.is_empty(), "no thread started for work done inline");
+    }
+
+    #[test]
+    fn a_scoped_thread_is_named_borrows_and_returns_its_work_s_value() {
+        let borrowed = vec![40, 2];
+        let got = std::thread::scope(|s| spawn_scoped(s, "tern-test", || (std::thread::current().name().map(str::to_owned), borrowed.iter().sum::<i32>())).unwrap().join().unwrap());
+        assert_eq!(got, (Some("tern-test".to_owned()), 42));
     }
 
     #[test]

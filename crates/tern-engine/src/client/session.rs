@@ -557,11 +557,17 @@ fn run_remote(run: ClientRun<'_>, options: &mut Options, channel: Channel, remot
                 let mut preconnected = preconnected.into_iter();
                 let handles: Vec<_> = (0..n)
                     .map(|i| match preconnected.next() {
-                        Some(p) => s.spawn(move || p.introduce(auth, i, push).map_err(|e| stream_error(data_addr, &e))),
-                        None => s.spawn(move || open(i)),
+                        Some(p) => crate::threads::spawn_scoped(s, "tern-stream-setup", move || p.introduce(auth, i, push).map_err(|e| stream_error(data_addr, &e))),
+                        None => crate::threads::spawn_scoped(s, "tern-stream-setup", move || open(i)),
                     })
                     .collect();
-                handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(TransferError::network("stream setup panicked")))).collect::<Result<Vec<_>, _>>()
+                handles
+                    .into_iter()
+                    .map(|h| match h {
+                        Ok(h) => h.join().unwrap_or_else(|_| Err(TransferError::network("stream setup panicked"))),
+                        Err(e) => Err(crate::threads::refused(if push { Side::Source } else { Side::Destination }, "a data stream", &e)),
+                    })
+                    .collect::<Result<Vec<_>, _>>()
             })
         })
     };

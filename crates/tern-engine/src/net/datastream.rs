@@ -257,8 +257,8 @@ impl PendingStream {
 /// 68 ms path) before any data moves.
 pub fn finish_all(pending: Vec<PendingStream>, auth: &StreamAuth) -> io::Result<Vec<DataConn>> {
     std::thread::scope(|s| {
-        let handles: Vec<_> = pending.into_iter().map(|p| s.spawn(move || p.finish(auth))).collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(io::Error::other("data stream setup panicked")))).collect()
+        let handles: Vec<_> = pending.into_iter().map(|p| crate::threads::spawn_scoped(s, "tern-stream-setup", move || p.finish(auth))).collect();
+        handles.into_iter().map(|h| h?.join().unwrap_or_else(|_| Err(io::Error::other("data stream setup panicked")))).collect()
     })
 }
 

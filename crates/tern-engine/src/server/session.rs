@@ -380,14 +380,20 @@ fn dial_streams(addrs: &[SocketAddr], auth: &StreamAuth, indexes: std::ops::Rang
         let handles: Vec<_> = indexes
             .map(|i| {
                 let shown = &shown;
-                s.spawn(move || {
+                crate::threads::spawn_scoped(s, "tern-stream-setup", move || {
                     let sock =
                         crate::net::transport::connect_any(addrs).map_err(|e| TransferError::network(format!("{whom} at {shown}: cannot connect: {e} (is its port reachable from this host?)")))?;
                     crate::net::datastream::connect_stream(sock, auth, i, None, false).map_err(|e| TransferError::network(format!("{whom} at {shown}: data stream: {e}")))
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(TransferError::network("stream setup panicked")))).collect::<Result<Vec<_>, _>>()
+        handles
+            .into_iter()
+            .map(|h| match h {
+                Ok(h) => h.join().unwrap_or_else(|_| Err(TransferError::network("stream setup panicked"))),
+                Err(e) => Err(crate::threads::refused(Side::Network, "a data stream", &e)),
+            })
+            .collect::<Result<Vec<_>, _>>()
     })
 }
 
