@@ -204,7 +204,7 @@ mod tests {
 
     #[test]
     fn a_scoped_thread_is_named_borrows_and_returns_its_work_s_value() {
-        let borrowed = vec![40, 2];
+        let borrowed = [40, 2];
         let got = std::thread::scope(|s| spawn_scoped(s, "tern-test", || (std::thread::current().name().map(str::to_owned), borrowed.iter().sum::<i32>())).unwrap().join().unwrap());
         assert_eq!(got, (Some("tern-test".to_owned()), 42));
     }
