@@ -8,6 +8,7 @@
 //! turns into a clear one-line failure (kind `ResourceLimit`), never a panic.
 
 use std::io;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -20,25 +21,8 @@ const RETRIES: u32 = 22;
 /// Starts `f` on a new thread named `name` (shown by `top -H`, gdb and panics); a refusal for
 /// lack of threads or memory is retried for about 5 s before the error is returned.
 pub fn spawn<T: Send + 'static>(name: &str, f: impl FnOnce() -> T + Send + 'static) -> io::Result<JoinHandle<T>> {
-    // The closure is needed again after a refusal, but `Builder::spawn` consumes it: keep it in
-    // a slot the new thread takes it from.
-    let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(f)));
-    let mut tries = 0;
-    loop {
-        let taken = slot.clone();
-        let run = move || {
-            let f = taken.lock().unwrap().take().expect("a started thread takes its work once");
-            f()
-        };
-        match std::thread::Builder::new().name(name.into()).spawn(run) {
-            Ok(handle) => return Ok(handle),
-            Err(e) if ErrorKind::of_io(&e) == ErrorKind::ResourceLimit && tries < RETRIES => {
-                tries += 1;
-                std::thread::sleep(Duration::from_millis(20 * u64::from(tries)));
-            }
-            Err(e) => return Err(e),
-        }
-    }
+    let slot = Arc::new(Mutex::new(Some(f)));
+    retrying(|| std::thread::Builder::new().name(name.into()).spawn(taken_from(slot.clone())))
 }
 
 /// [`spawn`] for a thread that borrows from the caller (`std::thread::scope`): the same name
@@ -49,22 +33,31 @@ pub fn spawn_scoped<'scope, T: Send + 'scope>(
     name: &str,
     f: impl FnOnce() -> T + Send + 'scope,
 ) -> io::Result<std::thread::ScopedJoinHandle<'scope, T>> {
-    let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(f)));
+    let slot = Arc::new(Mutex::new(Some(f)));
+    retrying(|| std::thread::Builder::new().name(name.into()).spawn_scoped(scope, taken_from(slot.clone())))
+}
+
+/// Asks `start` for a thread again while the system refuses one for lack of threads or memory,
+/// waiting 20 ms longer each time, [`RETRIES`] times at most.
+fn retrying<H>(mut start: impl FnMut() -> io::Result<H>) -> io::Result<H> {
     let mut tries = 0;
     loop {
-        let taken = slot.clone();
-        let run = move || {
-            let f = taken.lock().unwrap().take().expect("a started thread takes its work once");
-            f()
-        };
-        match std::thread::Builder::new().name(name.into()).spawn_scoped(scope, run) {
-            Ok(handle) => return Ok(handle),
+        match start() {
             Err(e) if ErrorKind::of_io(&e) == ErrorKind::ResourceLimit && tries < RETRIES => {
                 tries += 1;
                 std::thread::sleep(Duration::from_millis(20 * u64::from(tries)));
             }
-            Err(e) => return Err(e),
+            started => return started,
         }
+    }
+}
+
+/// The work as a thread runs it, taken from `slot`: a refused start consumes the closure it was
+/// given, and the work is needed again for the next try.
+fn taken_from<T, F: FnOnce() -> T>(slot: Arc<Mutex<Option<F>>>) -> impl FnOnce() -> T {
+    move || {
+        let f = slot.lock().unwrap().take().expect("a started thread takes its work once");
+        f()
     }
 }
 
@@ -117,7 +110,7 @@ impl Pool {
             return items.into_iter().map(f).collect();
         }
         let jobs = self.jobs.as_ref().expect("started");
-        let f = std::sync::Arc::new(f);
+        let f = Arc::new(f);
         let per = items.len().div_ceil(self.threads.len());
         let (done_tx, done_rx) = crossbeam_channel::unbounded::<(usize, Vec<R>)>();
         let mut items = items.into_iter();
