@@ -35,6 +35,17 @@ impl Drop for Serve {
     }
 }
 
+/// Starts `cmd` (a `tern serve` listening on port 0 for data and the service API) with its
+/// stderr in `log`, and returns it with the API's and the daemon's ports, read from what this
+/// very server says (`wait_for_serving`). `what` names it if it exits at start.
+fn start_serving(mut cmd: Command, log: &Path, what: &str) -> (Serve, u16, u16) {
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(std::fs::File::create(log).unwrap()).spawn().unwrap();
+    let ports = wait_for_serving(&mut child, log, 0);
+    let serve = Serve(child);
+    let (http, data_port) = ports.unwrap_or_else(|said| panic!("{what} exited at start: {said}"));
+    (serve, http, data_port)
+}
+
 fn web_tests() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tern-service/web-tests")
 }
@@ -85,8 +96,9 @@ fn dashboard_in_headless_chromium() {
     let state = base.join("state");
     let daemon_token = base.join("daemon.token");
     let log = base.join("serve.log");
-    // Port 0 for both: the ports come from what this very server says (`wait_for_serving`).
-    let mut child = Command::new(tern_bin())
+    // Port 0 for both: the ports come from what this very server says (`start_serving`).
+    let mut serve = Command::new(tern_bin());
+    serve
         .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"])
         .arg("--root")
         .arg(&root)
@@ -100,15 +112,8 @@ fn dashboard_in_headless_chromium() {
         // The scheduled path test below runs every 6 s against the daemon.
         .args(["--test-min-interval", "1", "--allow-host", "127.0.0.1"])
         .arg("--state-dir")
-        .arg(&state)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let ports = wait_for_serving(&mut child, &log, 0);
-    let _serve = Serve(child);
-    let (http, data_port) = ports.unwrap_or_else(|said| panic!("tern serve exited at start: {said}"));
+        .arg(&state);
+    let (_serve, http, data_port) = start_serving(serve, &log, "tern serve");
     let admin = std::fs::read_to_string(state.join("admin.token")).unwrap().trim().to_string();
     let url = format!("https://127.0.0.1:{http}");
     // Screenshots stay after the run (target/tmp/dashboard/) for a person to look at.
@@ -146,22 +151,18 @@ fn dashboard_in_headless_chromium() {
         let (state, root, node_log) = (base.join("node-state"), base.join("node-root"), base.join("node.log"));
         std::fs::create_dir_all(&root).unwrap();
         let db = pg.create_db("dash");
-        let mut child = Command::new(tern_bin())
-            .args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--token-file"])
-            .arg(&daemon_token)
-            .arg("--root")
-            .arg(&root)
-            .arg("--state-dir")
-            .arg(&state)
-            .args(["--db", &db, "--cluster", "site-a", "--node-name", "dtn-ui", "--cluster-heartbeat-ms", "300"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&node_log).unwrap())
-            .spawn()
-            .unwrap();
-        let ports = wait_for_serving(&mut child, &node_log, 0);
-        let serve = Serve(child);
-        let (http, _) = ports.unwrap_or_else(|said| panic!("the cluster node exited at start: {said}"));
+        let mut cmd = Command::new(tern_bin());
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0", "--token-file"]).arg(&daemon_token).arg("--root").arg(&root).arg("--state-dir").arg(&state).args([
+            "--db",
+            &db,
+            "--cluster",
+            "site-a",
+            "--node-name",
+            "dtn-ui",
+            "--cluster-heartbeat-ms",
+            "300",
+        ]);
+        let (serve, http, _) = start_serving(cmd, &node_log, "the cluster node");
         let token = std::fs::read_to_string(state.join("admin.token")).unwrap().trim().to_string();
         (serve, format!("https://127.0.0.1:{http}"), token)
     });

@@ -59,7 +59,7 @@ pub(crate) fn measuring() {
     HELD.with(|h| {
         let mut h = h.borrow_mut();
         if !matches!(*h, Some(Held::Alone(_))) {
-            *h = None;
+            *h = None; // let go of our own shared hold first, or the write lock waits on it
             *h = Some(Held::Alone(MACHINE.write().unwrap_or_else(|e| e.into_inner())));
         }
     });
