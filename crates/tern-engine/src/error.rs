@@ -91,7 +91,7 @@ impl TransferError {
     /// A file-level I/O error with a hint chosen from the error kind.
     pub fn io(side: Side, path: impl Into<String>, what: &str, err: &io::Error) -> Self {
         let path = path.into();
-        Self::new(side, Scope::File, Some(path), format!("{what}: {}{}", err_text(err), hint(side, err))).with_kind(ErrorKind::of_io(err))
+        Self::new(side, Scope::File, Some(path), format!("{what}: {}{}", err_text(err), hint(side, what, err))).with_kind(ErrorKind::of_io(err))
     }
 }
 
@@ -104,7 +104,8 @@ pub fn err_text(err: &io::Error) -> String {
     }
 }
 
-fn hint(side: Side, err: &io::Error) -> &'static str {
+fn hint(side: Side, what: &str, err: &io::Error) -> &'static str {
+    let naming = what.starts_with("cannot create") || what.starts_with("cannot rename");
     match (side, err.raw_os_error()) {
         (_, Some(libc::ENOSPC)) | (_, Some(libc::EDQUOT)) => " (free space or raise the quota, then re-run the same command: verified data is kept and the transfer resumes)",
         (Side::Source, Some(libc::EACCES)) | (Side::Source, Some(libc::EPERM)) => " (check read permission on the source, then re-run)",
@@ -112,6 +113,9 @@ fn hint(side: Side, err: &io::Error) -> &'static str {
         (Side::Source, Some(libc::ENOENT)) => " (check the source path)",
         (Side::Destination, Some(libc::ENOTDIR)) => " (a file stands where a directory is needed at the destination; move it away)",
         (Side::Destination, Some(libc::EXDEV)) => " (the path leaves the destination root through a symlink; refused)",
+        (Side::Destination, Some(libc::EINVAL | libc::EILSEQ | libc::ENAMETOOLONG)) if naming => {
+            " (the destination file system refuses this name: rename it at the source or leave it out with --exclude; the rest is copied)"
+        }
         _ => "",
     }
 }
@@ -136,4 +140,20 @@ pub type Result<T, E = TransferError> = std::result::Result<T, E>;
 /// Lossy display of a raw path.
 pub fn show(path: &[u8]) -> String {
     String::from_utf8_lossy(path).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_name_says_so_only_where_a_name_is_made() {
+        let einval = io::Error::from_raw_os_error(libc::EINVAL);
+        let made = TransferError::io(Side::Destination, "a:b", "cannot create temporary file", &einval).to_string();
+        assert!(made.starts_with("destination: a:b: cannot create temporary file: Invalid argument") && made.contains("refuses this name") && made.contains("--exclude"), "{made}");
+        let other = TransferError::io(Side::Destination, "a", "cannot preallocate", &einval).to_string();
+        assert!(!other.contains("refuses this name"), "{other}");
+        let long = TransferError::io(Side::Destination, "n", "cannot rename into place", &io::Error::from_raw_os_error(libc::ENAMETOOLONG)).to_string();
+        assert!(long.contains("refuses this name"), "{long}");
+    }
 }

@@ -163,6 +163,54 @@ fn source_changing_during_transfer_is_detected() {
     assert!(!dst.exists(), "a changed file is never renamed into place");
 }
 
+/// A directory replaced by a file after the walk listed it: its files are reported gone, one
+/// line each, as the source's; the rest of the tree is copied; a re-run completes.
+#[test]
+fn a_directory_replaced_by_a_file_mid_copy_loses_nothing_else() {
+    let t = scratch();
+    let src = t.path().join("src");
+    for d in 0..8 {
+        for f in 0..2 {
+            write_file(&src.join(format!("d{d}/f{f}")), d * 2 + f, 64 << 10);
+        }
+    }
+    let dst = t.path().join("dst");
+    let child = Command::new(tern_bin())
+        .args(["cp", "-r", src.to_str().unwrap(), dst.to_str().unwrap(), "--streams", "1", "--json"])
+        .env("TERN_FAULT_DELAY_MS", "150")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once the first directory is being written the walk has listed all 8 (one batch); d7's
+    // files are still 12 chunks of 150 ms away.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !dst.join("d0").exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    fs::rename(src.join("d7"), t.path().join("d7-moved")).unwrap();
+    fs::write(src.join("d7"), b"now a file").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(e.lines().count(), 2, "one line per lost file: {e}");
+    for line in e.lines() {
+        assert!(line.contains("source:") && line.contains("/d7/f") && line.contains("gone since the tree was listed") && line.contains("re-run"), "{line}");
+    }
+    for d in 0..7 {
+        for f in 0..2 {
+            assert_eq!(fs::read(dst.join(format!("d{d}/f{f}"))).unwrap(), fs::read(src.join(format!("d{d}/f{f}"))).unwrap());
+        }
+    }
+    // Put back, the same command completes the tree (and clears the marker of the unfinished one).
+    fs::remove_file(src.join("d7")).unwrap();
+    fs::rename(t.path().join("d7-moved"), src.join("d7")).unwrap();
+    let r = tern(&["cp", "-r", src.to_str().unwrap(), dst.to_str().unwrap()], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_same_tree(&src, &dst);
+    assert_no_leftovers(&dst);
+}
+
 #[test]
 fn wrong_token() {
     let t = scratch();
