@@ -43,9 +43,41 @@ pub enum Install {
 pub fn build_id() -> &'static str {
     static ID: OnceLock<String> = OnceLock::new();
     ID.get_or_init(|| {
-        let hash = std::env::current_exe().and_then(std::fs::read).map(|b| blake3::hash(&b).to_hex()[..16].to_string()).unwrap_or_else(|_| "unknown".into());
+        let hash = std::env::current_exe().ok().and_then(|exe| binary_hash(&exe, local_cache_dir().as_deref())).unwrap_or_else(|| "unknown".into());
         format!("{}-{hash}", env!("CARGO_PKG_VERSION"))
     })
+}
+
+/// The first 16 hex digits of BLAKE3 over `exe`. Reading and hashing a 15-20 MB binary takes
+/// 20-30 ms, and every ssh copy needs the hash before it can start its login, so it is kept in
+/// `cache/build-id` under the binary's identity (device, inode, size, modification and change
+/// times): a rebuilt or replaced binary has another identity (ctime cannot be set back), so a
+/// stale hash is never used. The cache is best effort; without it the hash is computed.
+fn binary_hash(exe: &std::path::Path, cache: Option<&std::path::Path>) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(exe).ok()?;
+    let identity = format!("{}:{}:{}:{}.{}:{}.{}", m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec());
+    let record = cache.map(|d| d.join("build-id"));
+    if let Some(cached) = record.as_ref().and_then(|r| std::fs::read_to_string(r).ok())
+        && let Some((who, hash)) = cached.trim_end().split_once(' ')
+        && who == identity
+        && hash.len() == 16
+        && hash.bytes().all(|b| b.is_ascii_hexdigit())
+    {
+        return Some(hash.to_string());
+    }
+    let hash = blake3::hash(&std::fs::read(exe).ok()?).to_hex()[..16].to_string();
+    if let Some(r) = record
+        && let Some(dir) = r.parent()
+        && std::fs::create_dir_all(dir).is_ok()
+    {
+        // Written under a temporary name and renamed: a concurrent reader sees the old or the new.
+        let tmp = r.with_extension(format!("{}", std::process::id()));
+        if std::fs::write(&tmp, format!("{identity} {hash}\n")).is_ok() && std::fs::rename(&tmp, &r).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+    Some(hash)
 }
 
 /// The remote command: `sh -c '<script>' tern-bootstrap ARGS…` (ARGS go to `tern _remote`).
@@ -312,6 +344,27 @@ mod tests {
             let inner = &cmd["sh -c '".len()..cmd.rfind('\'').unwrap()];
             assert!(!inner.contains('\'') && !inner.contains('!') && !inner.contains('\n'));
         }
+    }
+
+    #[test]
+    fn the_binary_hash_is_cached_under_its_identity_and_recomputed_when_it_changes() {
+        let t = tempfile::tempdir().unwrap();
+        let (exe, cache) = (t.path().join("tern"), t.path().join("cache"));
+        std::fs::write(&exe, b"build one").unwrap();
+        let first = binary_hash(&exe, Some(&cache)).unwrap();
+        assert_eq!(first, blake3::hash(b"build one").to_hex()[..16]);
+        assert!(std::fs::read_to_string(cache.join("build-id")).unwrap().ends_with(&format!(" {first}\n")));
+        // Read back from the cache, not recomputed: a planted hash under the same identity wins.
+        let planted = std::fs::read_to_string(cache.join("build-id")).unwrap().replace(&first, "00000000000000aa");
+        std::fs::write(cache.join("build-id"), planted).unwrap();
+        assert_eq!(binary_hash(&exe, Some(&cache)).unwrap(), "00000000000000aa");
+        // Rewritten in place (same inode, same size) a tick later (file times may be as coarse as
+        // a scheduler tick): another modification time, so hashed again.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&exe, b"build two").unwrap();
+        assert_eq!(binary_hash(&exe, Some(&cache)).unwrap(), blake3::hash(b"build two").to_hex()[..16]);
+        // No cache directory at all: still the hash.
+        assert_eq!(binary_hash(&exe, None).unwrap(), blake3::hash(b"build two").to_hex()[..16]);
     }
 
     #[test]
