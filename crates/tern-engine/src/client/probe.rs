@@ -246,13 +246,13 @@ pub fn run(spec: &ClientSpec, dest: &Endpoint, plan: &Plan, local: Option<Connec
         let hs: Vec<_> = (0..streams as u32)
             .map(|i| {
                 let (addrs, auth) = (&addrs, &auth);
-                s.spawn(move || -> std::io::Result<DataConn> {
+                crate::threads::spawn_scoped(s, "tern-stream-setup", move || -> std::io::Result<DataConn> {
                     let sock = crate::net::transport::connect_any(addrs)?;
                     crate::net::datastream::connect_stream(sock, auth, i, spec.bufsize, false)
                 })
             })
             .collect();
-        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(std::io::Error::other("panicked")))).collect::<std::io::Result<Vec<_>>>()
+        hs.into_iter().map(|h| h?.join().unwrap_or_else(|_| Err(std::io::Error::other("panicked")))).collect::<std::io::Result<Vec<_>>>()
     })
     .map_err(|e| TransferError::network(format!("{data_addr}: data stream: {}", err_text(&e))))?;
     let arrived = Arc::new(AtomicU64::new(0));
@@ -276,10 +276,13 @@ pub fn run(spec: &ClientSpec, dest: &Endpoint, plan: &Plan, local: Option<Connec
         let stop = AtomicBool::new(false);
         let (stop, reader, lanes) = (&stop, &mut far.reader, &mut lanes[..k as usize]);
         thread::scope(|s| {
-            let h = s.spawn(move || blast_all(lanes, plan.chunk_size, stop, None));
+            let h = crate::threads::spawn_scoped(s, "tern-probe-send", move || blast_all(lanes, plan.chunk_size, stop, None));
             let r = expect_result(reader, TestWhat::Carry, &peer);
             stop.store(true, Relaxed);
-            let _ = h.join();
+            match h {
+                Ok(h) => drop(h.join()),
+                Err(e) => return Err(crate::threads::refused(Side::Network, "the path test's sender", &e)),
+            }
             r.map(measured)
         })
     };

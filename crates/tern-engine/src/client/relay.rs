@@ -158,24 +158,31 @@ fn pump_both(a: Channel, b: Channel, chunk_size: u32, progress: &Arc<Progress>, 
     let (a_name, b_name) = (format!("the source daemon at {}", a.addr), format!("the destination daemon at {}", b.addr));
     let (ar, aw, br, bw) = (a.reader, a.writer, b.reader, b.writer);
     let (r_ab, r_ba) = thread::scope(|s| {
-        let ab = s.spawn(|| {
+        let ab = crate::threads::spawn_scoped(s, "tern-relay", || {
             let r = pump(ar, &bw, &a_name, &b_name, |m| observe(m, &book, progress, memory));
             if r.is_err() {
                 close_all();
             }
             r
         });
-        let ba = s.spawn(|| {
+        let ba = crate::threads::spawn_scoped(s, "tern-relay", || {
             let r = pump(br, &aw, &b_name, &a_name, |m| observe(m, &book, progress, memory));
             if r.is_err() {
                 close_all();
             }
             r
         });
-        (ab.join(), ba.join())
+        // A pump the system would not start ends the relay: both channels are closed before
+        // joining, so the pump that did start is not left waiting for the one that did not.
+        if ab.is_err() || ba.is_err() {
+            close_all();
+        }
+        let joined = |h: std::io::Result<thread::ScopedJoinHandle<'_, Result<(), TransferError>>>| match h {
+            Ok(h) => h.join().unwrap_or_else(|_| Err(TransferError::network("relay thread panicked"))),
+            Err(e) => Err(crate::threads::refused(Side::Network, "the relay", &e)),
+        };
+        (joined(ab), joined(ba))
     });
-    let panicked = || Err(TransferError::network("relay thread panicked"));
-    let (r_ab, r_ba) = (r_ab.unwrap_or_else(|_| panicked()), r_ba.unwrap_or_else(|_| panicked()));
     // A fatal error (a refused path, a full disk) says more than the broken pipe it causes.
     match (r_ab, r_ba) {
         (_, Ok(())) => book.lock().unwrap().summary.ok_or_else(|| TransferError::network("the destination daemon said goodbye without a summary")),

@@ -134,12 +134,13 @@ pub(crate) fn drain(conn: DataConn, chunk: u32, count: Arc<AtomicU64>) {
 /// Sends on every lane in `lanes` until `stop` (or `until`); the bytes sent in all.
 pub(crate) fn blast_all(lanes: &mut [Lane], chunk: u32, stop: &AtomicBool, until: Option<Instant>) -> u64 {
     thread::scope(|s| {
-        let hs: Vec<_> = lanes.iter_mut().map(|l| s.spawn(move || blast(l, chunk, stop).unwrap_or(0))).collect();
+        // A lane whose thread the system would not start sends nothing; the others still measure.
+        let hs: Vec<_> = lanes.iter_mut().map(|l| crate::threads::spawn_scoped(s, "tern-probe-send", move || blast(l, chunk, stop).unwrap_or(0))).collect();
         if let Some(t) = until {
             thread::sleep(t.saturating_duration_since(Instant::now()));
             stop.store(true, Relaxed);
         }
-        hs.into_iter().map(|h| h.join().unwrap_or(0)).sum()
+        hs.into_iter().map(|h| h.ok().and_then(|h| h.join().ok()).unwrap_or(0)).sum()
     })
 }
 

@@ -467,7 +467,7 @@ pub(crate) fn rehash_claimed(
         // Threads that cannot start leave their share to this one: hashing never fails for it.
         let per = claims.len().div_ceil(threads);
         std::thread::scope(|s| {
-            let handles: Vec<_> = claims.chunks(per).map(|c| (c, std::thread::Builder::new().name("tern-rehash".into()).spawn_scoped(s, || check(c)))).collect();
+            let handles: Vec<_> = claims.chunks(per).map(|c| (c, crate::threads::spawn_scoped(s, "tern-rehash", || check(c)))).collect();
             handles.into_iter().flat_map(|(c, h)| h.ok().and_then(|h| h.join().ok()).unwrap_or_else(|| check(c))).collect()
         })
     };
