@@ -192,6 +192,12 @@ pub(crate) fn verdict(m: &Measures) -> Verdict {
     if limit == "network" && ((cpu > 0.0 && cpu <= m.net_many * 1.25) || far_saturated) {
         limit = "cpu";
     }
+    // The far side's storage step runs on the same starved cores: when they were saturated and
+    // its storage measured about what the network carried, the storage did not hold the rate.
+    let far_storage = if m.pull { "source" } else { "destination" };
+    if limit == far_storage && far_saturated && expected * 1.25 >= m.net_many {
+        limit = "cpu";
+    }
     let many = |what: &str, one: Option<f64>, many: Option<f64>| {
         let (one, many) = (one.unwrap_or(0.0), many.unwrap_or(0.0));
         format!("one {what} {} ({}), {n} {what}s {} ({})", mbs(one), gb(one), mbs(many), gb(many))
@@ -791,8 +797,14 @@ mod tests {
         let idle = Measures { far_busy: Some(0.1), recv_hash: 30.0, recv_seal: 30.0, ..m.clone() };
         assert_eq!(verdict(&idle).limit, "network");
         // A pull: the far side sends; its quota is the sending side's.
-        let v = verdict(&Measures { pull: true, send_hash: 8.0, send_seal: 2.8, ..m });
+        let v = verdict(&Measures { pull: true, send_hash: 8.0, send_seal: 2.8, ..m.clone() });
         assert_eq!(v.limit, "cpu");
         assert!(v.line.contains("the sending side's usable cores are 0.50 (CPU quota"), "{}", v.line);
+        // Its storage step, on the same busy cores, measured a little under the network: still
+        // the CPU. Storage well under the network is the storage, busy or not.
+        let starved_disk = Measures { write_one: Some(0.45), write_many: Some(0.5), ..m.clone() };
+        assert_eq!(verdict(&starved_disk).limit, "cpu");
+        let slow_disk = Measures { write_one: Some(0.2), write_many: Some(0.3), ..m };
+        assert_eq!(verdict(&slow_disk).limit, "destination");
     }
 }
