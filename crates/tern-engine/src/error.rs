@@ -110,6 +110,10 @@ fn hint(side: Side, what: &str, err: &io::Error) -> &'static str {
         (_, Some(libc::ENOSPC)) | (_, Some(libc::EDQUOT)) => " (free space or raise the quota, then re-run the same command: verified data is kept and the transfer resumes)",
         (Side::Source, Some(libc::EACCES)) | (Side::Source, Some(libc::EPERM)) => " (check read permission on the source, then re-run)",
         (Side::Destination, Some(libc::EACCES)) | (Side::Destination, Some(libc::EPERM)) => " (check write permission on the destination directory, then re-run)",
+        // Only a listed file is opened: one that is gone changed after the walk saw it.
+        (Side::Source, Some(libc::ENOENT | libc::ENOTDIR)) if what == "cannot open" => {
+            " (gone since the tree was listed: removed, moved, or a directory on its path replaced; re-run to copy the tree as it is now)"
+        }
         (Side::Source, Some(libc::ENOENT)) => " (check the source path)",
         (Side::Destination, Some(libc::ENOTDIR)) => " (a file stands where a directory is needed at the destination; move it away)",
         (Side::Destination, Some(libc::EXDEV)) => " (the path leaves the destination root through a symlink; refused)",

@@ -703,11 +703,6 @@ fn entry_wire_bytes(f: &SrcFile) -> usize {
 }
 
 const CHANGED: &str = "file changed while it was being sent (size or mtime differs); re-run to send the new version";
-/// A listed file that cannot be found when its turn comes: removed, moved, or a directory on
-/// its path replaced (by a file, say) while the tree was being copied.
-fn gone(err: &std::io::Error) -> String {
-    format!("gone since the tree was listed ({}: removed, moved, or a directory on its path replaced); re-run to copy the tree as it is now", crate::error::err_text(err))
-}
 
 /// Walks the sources, registering entries with the main loop before announcing them.
 /// How far the walk may run ahead of the transfer: files announced but not finished. Both sides
@@ -914,11 +909,7 @@ fn send_worker(mut conn: DataConn, work: Receiver<Work>, events: Sender<Event>, 
             match crate::store::fsops::waiting_for_descriptors(|| w.file.open()) {
                 Ok(f) => open = Some((w.id, f)),
                 Err(e) => {
-                    let path = w.file.path.display().to_string();
-                    let error = match e.raw_os_error() {
-                        Some(libc::ENOENT) | Some(libc::ENOTDIR) => TransferError::file(Side::Source, path, gone(&e)).with_kind(crate::error::ErrorKind::of_io(&e)),
-                        _ => TransferError::io(Side::Source, path, "cannot open", &e),
-                    };
+                    let error = TransferError::io(Side::Source, w.file.path.display().to_string(), "cannot open", &e);
                     let _ = events.send(Event::ReadFailed { id: w.id, error });
                     continue;
                 }
