@@ -41,8 +41,9 @@ NS_A, NS_B = "tern-a", "tern-b"
 DATA = "/dev/shm/tern-bench"
 PORTS = {"ssh": 2222, "gridftp": 2811, "xrootd": 1094, "tern": 7700, "iperf3": 5201}
 
-ALL_TOOLS = ["iperf3", "scp", "rsync", "rsync4", "globus-url-copy", "rclone", "xrdcp", "bbcp", "bbcp-tar", "tern-first", "tern-ssh", "tern-daemon", "tern-ssh-base"]
-# tern-ssh-base: tern-ssh with another build (TERN_BASE_BIN), for old-against-new in one run.
+ALL_TOOLS = ["iperf3", "scp", "rsync", "rsync4", "globus-url-copy", "rclone", "xrdcp", "bbcp", "bbcp-tar", "tern-first", "tern-ssh", "tern-daemon", "tern-ssh-base", "tern-first-base"]
+# tern-ssh-base, tern-first-base: tern-ssh and tern-first with another build (TERN_BASE_BIN),
+# for old-against-new in one run.
 BASE = os.environ.get("TERN_BASE_BIN")
 BBCP = shutil.which("bbcp", path="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
 PEERS = ["scp", "rsync", "rsync4", "globus-url-copy", "rclone", "xrdcp", "bbcp", "bbcp-tar"]
@@ -149,7 +150,7 @@ class Servers:
         os.chmod(self.tmp, 0o755)
         if "iperf3" in tools:
             self._spawn("iperf3", ns(NS_B, ["iperf3", "-s", "-B", B, "-p", str(PORTS["iperf3"])]), PORTS["iperf3"])
-        if {"scp", "rsync", "rsync4", "rclone", "bbcp", "bbcp-tar", "tern-ssh", "tern-first", "tern-ssh-base"} & set(tools):
+        if {"scp", "rsync", "rsync4", "rclone", "bbcp", "bbcp-tar", "tern-ssh", "tern-first", "tern-ssh-base", "tern-first-base"} & set(tools):
             self.start_sshd()
         if "globus-url-copy" in tools:
             self._spawn("gridftp", ns(NS_B, [
@@ -274,7 +275,10 @@ def tool_cmd(tool, src, dst_root, srv, nfiles):
         if not binary:
             raise ValueError("tern-ssh-base needs TERN_BASE_BIN")
         return [binary, "cp", "-r", "--json", "--ssh", ssh, "--remote-bin", binary, src, f"root@{B}:{dst_root}/data"], f"{dst_root}/data"
-    if tool == "tern-first":
+    if tool in ("tern-first", "tern-first-base"):
+        binary = TERN if tool == "tern-first" else BASE
+        if not binary:
+            raise ValueError("tern-first-base needs TERN_BASE_BIN")
         # The far side's login has no tern on PATH and an empty cache (removed before each run).
         cache = dst_root + ".first-cache"
         shutil.rmtree(cache, ignore_errors=True)
@@ -283,7 +287,7 @@ def tool_cmd(tool, src, dst_root, srv, nfiles):
             f.write("#!/bin/bash\nargs=(\"$@\"); last=\"${args[-1]}\"; unset 'args[-1]'\n"
                     f"exec {ssh} \"${{args[@]}}\" \"env PATH=/usr/bin:/bin XDG_CACHE_HOME={cache} $last\"\n")
         os.chmod(wrapper, 0o755)
-        return [TERN, "cp", "-r", "--json", "--no-ssh-reuse", "--ssh", wrapper, src, f"root@{B}:{dst_root}/data"], f"{dst_root}/data"
+        return [binary, "cp", "-r", "--json", "--no-ssh-reuse", "--ssh", wrapper, src, f"root@{B}:{dst_root}/data"], f"{dst_root}/data"
     if tool == "tern-daemon":
         return [TERN, "cp", "-r", "--json", "--token-file", srv.token, src, f"tern://{B}:{PORTS['tern']}/data"], f"{dst_root}/data"
     raise ValueError(tool)
@@ -804,7 +808,7 @@ def main():
                     if tool == "iperf3":
                         continue
                     cell = cells[tool] = {"bytes": meta["bytes"], "runs": []}
-                    server = {"scp": "sshd", "rsync": "sshd", "rsync4": "sshd", "rclone": "sshd", "bbcp": "sshd", "bbcp-tar": "sshd", "tern-ssh": "sshd", "tern-first": "sshd", "tern-ssh-base": "sshd",
+                    server = {"scp": "sshd", "rsync": "sshd", "rsync4": "sshd", "rclone": "sshd", "bbcp": "sshd", "bbcp-tar": "sshd", "tern-ssh": "sshd", "tern-first": "sshd", "tern-ssh-base": "sshd", "tern-first-base": "sshd",
                               "globus-url-copy": "gridftp", "xrdcp": "xrootd", "tern-daemon": "tern"}[tool]
                     if tool.startswith("tern") and missing_tern:
                         cell["status"], cell["reason"] = "NOT BUILT", missing_tern

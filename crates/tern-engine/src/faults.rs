@@ -22,6 +22,8 @@
 //! * `TERN_DEBUG_FEATURES=N` — advertise these Hello feature bits instead of ours (tests act
 //!   as an older peer that lacks a feature).
 //! * `TERN_DEBUG_VERSION=V` — a cluster node says it runs tern V (tests of a mixed cluster).
+//! * `TERN_DEBUG_FAR_SIDE=PATH` — a first install sends that program (the test build's
+//!   `tern-remote`), as a release `tern` sends the far-side build it carries.
 
 #[cfg(feature = "test-hooks")]
 use std::sync::OnceLock;
@@ -39,6 +41,8 @@ pub struct Faults {
     pub no_reread: bool,
     pub features: Option<u64>,
     pub version: Option<String>,
+    /// `TERN_DEBUG_FAR_SIDE=PATH`: install this program (gzipped here) instead of this binary.
+    pub far_side: Option<std::path::PathBuf>,
     exhaust: Option<(u64, u64)>,
     prepared: AtomicU64,
 }
@@ -57,6 +61,7 @@ pub fn faults() -> &'static Faults {
         no_reread: false,
         features: None,
         version: None,
+        far_side: None,
         exhaust: None,
         prepared: AtomicU64::new(0),
     };
@@ -81,6 +86,7 @@ pub fn faults() -> &'static Faults {
         no_reread: std::env::var("TERN_FAULT_NO_REREAD").is_ok_and(|v| v == "1"),
         features: std::env::var("TERN_DEBUG_FEATURES").ok().and_then(|v| v.parse().ok()),
         version: std::env::var("TERN_DEBUG_VERSION").ok(),
+        far_side: std::env::var_os("TERN_DEBUG_FAR_SIDE").map(Into::into),
         exhaust: std::env::var("TERN_FAULT_EXHAUST_FDS").ok().and_then(|v| {
             let (n, ms) = v.split_once(':')?;
             Some((n.parse().ok()?, ms.parse().ok()?))

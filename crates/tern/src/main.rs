@@ -11,6 +11,7 @@ mod history;
 mod output;
 mod path_test;
 mod plan;
+mod process;
 mod run;
 mod serve;
 mod serve_config;
@@ -22,6 +23,9 @@ mod watch_cli;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // A release build carries the far-side build to install on hosts that lack tern (build.rs).
+    #[cfg(tern_far_side_payload)]
+    tern_engine::client::bootstrap::set_far_side_payload(include_bytes!(env!("TERN_FAR_SIDE_PAYLOAD")));
     let args = match args::Cli::parse_all() {
         Ok(a) => a,
         Err(e) => {
@@ -29,39 +33,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    raise_fd_limit();
+    process::raise_fd_limit();
     match run::run(args) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("tern: {e}");
             ExitCode::from(2)
-        }
-    }
-}
-
-/// Log lines on stderr: `-v` info, `-vv` debug, or `TERN_LOG` (an `EnvFilter` like
-/// `info,tern::access=off`). A daemon's access log (`tern::access`, one line per session) is
-/// on at every level; rustls' own chatter is kept to errors. No colour codes unless stderr is
-/// a terminal: daemon and service logs go to files and journals.
-pub(crate) fn init_logging(verbose: u8) {
-    let default = match verbose {
-        0 => "warn,tern::access=info,rustls=error",
-        1 => "info,rustls=error",
-        _ => "debug,rustls=error",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TERN_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).with_target(false).try_init();
-    tern_engine::faults::warn_if_weakened();
-}
-
-/// Many files in flight need many descriptors; take the hard limit as the soft one.
-fn raise_fd_limit() {
-    unsafe {
-        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max.min(1 << 20);
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
         }
     }
 }

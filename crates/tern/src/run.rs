@@ -8,7 +8,7 @@ use crate::args::{Cli, Command};
 use crate::transfer::{Delete, VERBOSE, transfer};
 
 pub(crate) fn run(cli: Cli) -> Result<ExitCode> {
-    crate::init_logging(cli.verbose);
+    crate::process::init_logging(cli.verbose);
     VERBOSE.store(cli.verbose, std::sync::atomic::Ordering::Relaxed);
     match cli.command {
         Command::Cp(a) => {

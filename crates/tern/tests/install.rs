@@ -25,11 +25,16 @@ fn fresh_host_ssh(sshd: &Sshd, dir: &Path, cache: &str) -> String {
     wrapper.display().to_string()
 }
 
+/// A copy by a client that installs the far-side build, as a release `tern` does.
 fn cp(ssh: &str, src: &Path, dst: &str, extra: &[&str]) -> Run {
+    cp_with(ssh, src, dst, extra, &[("TERN_DEBUG_FAR_SIDE", far_side_bin())])
+}
+
+fn cp_with(ssh: &str, src: &Path, dst: &str, extra: &[&str], env: &[(&str, &str)]) -> Run {
     let mut args = vec!["cp", "--no-ssh-reuse", "--ssh", ssh];
     args.extend_from_slice(extra);
     args.extend_from_slice(&[src.to_str().unwrap(), dst]);
-    tern(&args, &[])
+    tern(&args, env)
 }
 
 #[test]
@@ -52,6 +57,7 @@ fn first_copy_installs_once_and_the_second_finds_it() {
     assert!(meta.permissions().mode() & 0o111 != 0);
     let v = Command::new(&installed[0]).arg("--version").output().unwrap();
     assert!(String::from_utf8_lossy(&v.stdout).starts_with("tern "));
+    assert!(fs::read(&installed[0]).unwrap() == fs::read(far_side_bin()).unwrap(), "the far-side build is what was installed, not the whole tern");
     let mtime = meta.modified().unwrap();
 
     fs::remove_file(&dst).unwrap();
@@ -66,6 +72,15 @@ fn first_copy_installs_once_and_the_second_finds_it() {
     let r = cp(&ssh, &t.path().join("f"), &target, &["--install-remote"]);
     assert!(r.ok() && r.stderr().contains("installed tern"), "{}", r.stderr());
     assert_eq!(fs::read(&dst).unwrap(), data(1, 100_000));
+    assert!(fs::metadata(&installed[0]).unwrap().modified().unwrap() > mtime, "sent again");
+
+    // A build that carries no far-side build (a developer's) installs itself, in its own directory.
+    fs::remove_file(&dst).unwrap();
+    let r = cp_with(&ssh, &t.path().join("f"), &target, &[], &[]);
+    assert!(r.ok() && r.stderr().contains("installed tern"), "{}", r.stderr());
+    assert_eq!(fs::read(&dst).unwrap(), data(1, 100_000));
+    let itself = fs::read_dir(cache.join("tern")).unwrap().flatten().map(|e| e.path().join("tern")).find(|p| *p != installed[0]).expect("a second build directory");
+    assert!(fs::read(itself).unwrap() == fs::read(tern_bin()).unwrap());
 }
 
 #[test]

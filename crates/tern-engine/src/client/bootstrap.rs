@@ -2,10 +2,11 @@
 //! when it is already there and no extra login when it is not (`docs/install.md`).
 //!
 //! The ssh command is a one-line POSIX `sh -c` script. It looks for this build in the remote
-//! cache (`~/.cache/tern/VERSION-HASH/tern`, HASH = BLAKE3 of this very binary), then for a
+//! cache (`~/.cache/tern/VERSION-HASH/tern`, HASH = BLAKE3 of what would be installed), then for a
 //! `tern` on PATH of the same version, prints `TERN-OK` and execs it. Otherwise it prints
-//! `TERN-NEED` and waits: the client answers with `TERN-INSTALL-<tag> <len>` and a gzip of
-//! itself, the script unpacks it into the cache, checks that it runs, prints `TERN-INSTALLED`
+//! `TERN-NEED` and waits: the client answers with `TERN-INSTALL-<tag> <len>` and a gzip of the
+//! far-side build it carries (`tern-remote`, a third of `tern`; a development build sends
+//! itself), the script unpacks it into the cache, checks that it runs, prints `TERN-INSTALLED`
 //! and execs it. The client does not wait for the answer before speaking (the common case costs
 //! nothing); what it wrote before `TERN-NEED` came is recorded and written again after the
 //! binary, and the script discards it while it looks for the tagged line.
@@ -39,11 +40,36 @@ pub enum Install {
     Never,
 }
 
+/// The gzip of the far-side build this binary carries (release builds: `build.rs`).
+static FAR_SIDE: OnceLock<&'static [u8]> = OnceLock::new();
+
+/// Registers the far-side build (`tern-remote`, gzipped) that this binary carries: it is what
+/// a first install sends, and its hash names the remote cache directory. Called by `main`
+/// before anything else.
+pub fn set_far_side_payload(gzip: &'static [u8]) {
+    let _ = FAR_SIDE.set(gzip);
+}
+
+/// The gzip to install when it is not this binary: the far-side build carried inside, or in a
+/// test build the program `TERN_DEBUG_FAR_SIDE` names (compressed once per process).
+fn far_side() -> Option<&'static [u8]> {
+    if let Some(gzip) = FAR_SIDE.get() {
+        return Some(gzip);
+    }
+    static FROM_HOOK: OnceLock<Option<&'static [u8]>> = OnceLock::new();
+    let path = crate::faults::faults().far_side.as_ref()?;
+    *FROM_HOOK.get_or_init(|| Some(Box::leak(gzip(&std::fs::read(path).ok()?).ok()?.into_boxed_slice())))
+}
+
 /// `VERSION-HASH`, the cache directory's name: a different build is a different directory.
 pub fn build_id() -> &'static str {
     static ID: OnceLock<String> = OnceLock::new();
     ID.get_or_init(|| {
-        let hash = std::env::current_exe().ok().and_then(|exe| binary_hash(&exe, local_cache_dir().as_deref())).unwrap_or_else(|| "unknown".into());
+        let hash = match far_side() {
+            // 2-3 MB, hashed in about a millisecond: nothing to cache.
+            Some(gzip) => blake3::hash(gzip).to_hex()[..16].to_string(),
+            None => std::env::current_exe().ok().and_then(|exe| binary_hash(&exe, local_cache_dir().as_deref())).unwrap_or_else(|| "unknown".into()),
+        };
         format!("{}-{hash}", env!("CARGO_PKG_VERSION"))
     })
 }
@@ -118,18 +144,22 @@ pub fn remote_command(install: Install, env: &str, remote_args: &str) -> String 
     format!("sh -c '{script}' tern-bootstrap {remote_args}")
 }
 
-/// The gzip of this binary, once per process: [`prepare_payload`] may have started making it
-/// while ssh logged in.
-fn payload() -> io::Result<Arc<Vec<u8>>> {
-    static PAYLOAD: OnceLock<Result<Arc<Vec<u8>>, String>> = OnceLock::new();
-    PAYLOAD.get_or_init(|| make_payload().map(Arc::new).map_err(|e| e.to_string())).clone().map_err(io::Error::other)
+/// What a first install sends: the far-side build's gzip, or else the gzip of this binary,
+/// made once per process ([`prepare_payload`] may have started making it while ssh logged in).
+fn payload() -> io::Result<&'static [u8]> {
+    if let Some(gzip) = far_side() {
+        return Ok(gzip);
+    }
+    static PAYLOAD: OnceLock<Result<Vec<u8>, String>> = OnceLock::new();
+    PAYLOAD.get_or_init(|| make_payload().map_err(|e| e.to_string())).as_deref().map_err(|e| io::Error::other(e.clone()))
 }
 
-/// Starts compressing this binary in the background when no compressed copy is cached, so a
-/// first install waits for the ssh login (about a second at 68 ms), not for the compression
-/// after it. Once per build and machine; later runs find the cache and do nothing here.
+/// Starts compressing this binary in the background when it carries no far-side build and no
+/// compressed copy is cached, so a first install waits for the ssh login (about a second at
+/// 68 ms), not for the compression after it. Once per build and machine; later runs find the
+/// cache and do nothing here.
 pub(crate) fn prepare_payload() {
-    if !cached_payload_path().is_some_and(|p| p.is_file()) {
+    if far_side().is_none() && !cached_payload_path().is_some_and(|p| p.is_file()) {
         let _ = std::thread::Builder::new().name("tern-payload".into()).spawn(|| drop(payload()));
     }
 }
@@ -144,10 +174,7 @@ fn make_payload() -> io::Result<Vec<u8>> {
     {
         return Ok(bytes);
     }
-    let exe = std::fs::read(std::env::current_exe()?)?;
-    let mut gz = flate2::write::GzEncoder::new(Vec::with_capacity(exe.len() / 2), flate2::Compression::new(6));
-    gz.write_all(&exe)?;
-    let bytes = gz.finish()?;
+    let bytes = gzip(&std::fs::read(std::env::current_exe()?)?)?;
     if let Some(p) = cache
         && let Some(dir) = p.parent()
         && std::fs::create_dir_all(dir).is_ok()
@@ -160,6 +187,12 @@ fn make_payload() -> io::Result<Vec<u8>> {
         prune_other_builds(dir, &p);
     }
     Ok(bytes)
+}
+
+fn gzip(program: &[u8]) -> io::Result<Vec<u8>> {
+    let mut gz = flate2::write::GzEncoder::new(Vec::with_capacity(program.len() / 2), flate2::Compression::new(6));
+    gz.write_all(program)?;
+    gz.finish()
 }
 
 /// Another build's payload is never sent by this one: without pruning, every upgrade (or every
@@ -291,7 +324,7 @@ impl<R: Read, W: Write> StatusStdout<R, W> {
             }
         };
         s.pipe.write_all(format!("\nTERN-INSTALL-{tag} {}\n", bytes.len()).as_bytes())?;
-        s.pipe.write_all(&bytes)?;
+        s.pipe.write_all(bytes)?;
         s.pipe.write_all(&replay)?;
         s.pipe.flush()
     }

@@ -21,6 +21,11 @@ pub(crate) fn tern_bin() -> &'static str {
     env!("CARGO_BIN_EXE_tern")
 }
 
+/// The far-side build, what a release `tern` installs on a host that lacks tern.
+pub(crate) fn far_side_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_tern-remote")
+}
+
 /// A scratch directory on tmpfs when there is one (big files must not measure the disk).
 pub(crate) fn scratch() -> tempfile::TempDir {
     share_the_machine();
@@ -334,7 +339,7 @@ impl Drop for Daemon {
 }
 
 /// A real OpenSSH server on a loopback port with generated keys and a clean environment whose
-/// PATH finds the tern under test. `None` (with a note) where sshd is not installed.
+/// PATH finds the far-side build of the tern under test. `None` (with a note) where sshd is not installed.
 pub(crate) struct Sshd {
     child: Child,
     pub port: u16,
@@ -351,7 +356,12 @@ impl Sshd {
             assert!(st.success());
         }
         let port = free_port();
-        let bin_dir = Path::new(tern_bin()).parent().unwrap().display().to_string();
+        // The `tern` that logins find on PATH is the far-side build, as on a host where a
+        // release tern installed itself: every ssh-mode test runs what ships there.
+        let bin_dir = d.join("bin");
+        fs::create_dir_all(&bin_dir).unwrap();
+        std::os::unix::fs::symlink(far_side_bin(), bin_dir.join("tern")).unwrap();
+        let bin_dir = bin_dir.display().to_string();
         let cfg = format!(
             "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/hostkey\nAuthorizedKeysFile {d}/userkey.pub\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nPubkeyAuthentication yes\nPermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\nPidFile {d}/sshd.pid\nSetEnv PATH={bin_dir}:/usr/bin:/bin\n",
             d = d.display()
