@@ -159,7 +159,12 @@ fn payload() -> io::Result<&'static [u8]> {
 /// 68 ms), not for the compression after it. Once per build and machine; later runs find the
 /// cache and do nothing here.
 pub(crate) fn prepare_payload() {
-    if far_side().is_none() && !cached_payload_path().is_some_and(|p| p.is_file()) {
+    if far_side().is_some() {
+        // Nothing to compress; what an older build that shipped itself left is never sent again.
+        if let Some(dir) = local_cache_dir() {
+            prune_other_builds(&dir, None);
+        }
+    } else if !cached_payload_path().is_some_and(|p| p.is_file()) {
         let _ = std::thread::Builder::new().name("tern-payload".into()).spawn(|| drop(payload()));
     }
 }
@@ -184,7 +189,7 @@ fn make_payload() -> io::Result<Vec<u8>> {
         if std::fs::write(&tmp, &bytes).is_ok() && std::fs::rename(&tmp, &p).is_err() {
             let _ = std::fs::remove_file(&tmp);
         }
-        prune_other_builds(dir, &p);
+        prune_other_builds(dir, Some(&p));
     }
     Ok(bytes)
 }
@@ -197,11 +202,11 @@ fn gzip(program: &[u8]) -> io::Result<Vec<u8>> {
 
 /// Another build's payload is never sent by this one: without pruning, every upgrade (or every
 /// rebuild of a developer's tree) would leave 5–70 MB behind for good.
-fn prune_other_builds(dir: &std::path::Path, keep: &std::path::Path) {
+fn prune_other_builds(dir: &std::path::Path, keep: Option<&std::path::Path>) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for e in entries.flatten() {
         let path = e.path();
-        if path != keep && is_payload_name(&e.file_name()) && e.file_type().is_ok_and(|t| t.is_file()) {
+        if Some(path.as_path()) != keep && is_payload_name(&e.file_name()) && e.file_type().is_ok_and(|t| t.is_file()) {
             let _ = std::fs::remove_file(&path);
         }
     }
@@ -408,10 +413,15 @@ mod tests {
             std::fs::write(dir.path().join(n), b"x").unwrap();
         }
         let keep = dir.path().join("0.1.0-47cba97c9a944d96.gz");
-        prune_other_builds(dir.path(), &keep);
+        prune_other_builds(dir.path(), Some(&keep));
         let mut left: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
         left.sort();
         assert_eq!(left, ["0.1.0-47cba97c9a944d96.gz", "0.1.0-5a19b8be54110608.gz.4242", "0.1.0-xyz.gz", "keep.txt", "notes.gz"]);
+        // A build that carries its far side keeps none of them.
+        prune_other_builds(dir.path(), None);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        left.sort();
+        assert_eq!(left, ["0.1.0-5a19b8be54110608.gz.4242", "0.1.0-xyz.gz", "keep.txt", "notes.gz"]);
     }
 
     #[test]
