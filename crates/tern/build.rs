@@ -8,6 +8,8 @@ fn main() {
     println!("cargo::rerun-if-env-changed=TERN_FAR_SIDE_PAYLOAD");
     let Some(path) = std::env::var_os("TERN_FAR_SIDE_PAYLOAD").filter(|p| !p.is_empty()) else { return };
     let path = std::path::PathBuf::from(path);
+    // include_bytes! would read a relative path from src/, build scripts run in crates/tern.
+    assert!(path.is_absolute(), "TERN_FAR_SIDE_PAYLOAD={} must be an absolute path", path.display());
     let head = std::fs::read(&path).unwrap_or_else(|e| panic!("TERN_FAR_SIDE_PAYLOAD={}: {e}", path.display()));
     // The far side unpacks it with `gzip -dc`: anything else would fail only on a user's host.
     assert!(head.starts_with(&[0x1f, 0x8b]), "TERN_FAR_SIDE_PAYLOAD={} is not a gzip file (gzip -9n tern-remote)", path.display());
