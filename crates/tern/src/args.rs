@@ -68,7 +68,7 @@ pub(crate) enum Command {
     /// (internal) the far end of an ssh-mode transfer; speaks the protocol on stdin/stdout.
     #[command(name = "_remote", hide = true)]
     Remote {
-        #[arg(long, value_parser = parse_range)]
+        #[arg(long, value_parser = tern_engine::net::datastream::parse_port_range)]
         port_range: Option<(u16, u16)>,
         #[arg(long)]
         reverse_port: Option<u16>,
@@ -183,7 +183,7 @@ pub(crate) struct Common {
     #[arg(long, env = "TERN_NO_INSTALL", value_parser = clap::builder::BoolishValueParser::new(), action = clap::ArgAction::SetTrue)]
     pub(crate) no_install: bool,
     /// Ports the remote side may listen on for data streams, e.g. 50000-50100.
-    #[arg(long, value_parser = parse_range)]
+    #[arg(long, value_parser = tern_engine::net::datastream::parse_port_range)]
     pub(crate) port_range: Option<(u16, u16)>,
     /// The remote side connects back to us (for hosts that allow only outbound connections).
     #[arg(long)]
@@ -403,16 +403,6 @@ fn parse_rate_value(s: &str) -> Result<Option<u64>, String> {
         return Err(format!("--bwlimit '{s}' is below 1 KiB/s; {FORMS}"));
     }
     Ok(Some(bytes_per_sec as u64))
-}
-
-fn parse_range(s: &str) -> Result<(u16, u16), String> {
-    let (a, b) = s.split_once('-').unwrap_or((s, s));
-    let lo: u16 = a.parse().map_err(|_| format!("bad port range '{s}'"))?;
-    let hi: u16 = b.parse().map_err(|_| format!("bad port range '{s}'"))?;
-    if lo > hi {
-        return Err(format!("bad port range '{s}'"));
-    }
-    Ok((lo, hi))
 }
 
 #[cfg(test)]

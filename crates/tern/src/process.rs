@@ -1,5 +1,6 @@
 //! What every tern process does first, shared by `tern` and the far-side build (`tern-remote`,
-//! `src/bin/tern-remote.rs`): logging on stderr and the descriptor limit.
+//! `src/bin/tern-remote.rs`): logging on stderr and the descriptor limit; and `tern _remote`,
+//! which both run.
 
 /// Log lines on stderr: `-v` info, `-vv` debug, or `TERN_LOG` (an `EnvFilter` like
 /// `info,tern::access=off`). A daemon's access log (`tern::access`, one line per session) is
@@ -24,6 +25,17 @@ pub(crate) fn raise_fd_limit() {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
             lim.rlim_cur = lim.rlim_max.min(1 << 20);
             libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
+/// `tern _remote`: the far end of an ssh-mode session, until the client is done.
+pub(crate) fn serve_remote(port_range: Option<(u16, u16)>, reverse_port: Option<u16>) -> std::process::ExitCode {
+    match tern_engine::server::session::serve_remote(port_range, reverse_port) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tern (remote): {e}");
+            std::process::ExitCode::from(1)
         }
     }
 }

@@ -52,13 +52,7 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Watch(a) => crate::watch_cli::run(a),
         Command::Service(c) => crate::service_cli::run(c),
-        Command::Remote { port_range, reverse_port } => match tern_engine::server::session::serve_remote(port_range, reverse_port) {
-            Ok(()) => Ok(ExitCode::SUCCESS),
-            Err(e) => {
-                eprintln!("tern (remote): {e}");
-                Ok(ExitCode::from(1))
-            }
-        },
+        Command::Remote { port_range, reverse_port } => Ok(crate::process::serve_remote(port_range, reverse_port)),
     }
 }
 

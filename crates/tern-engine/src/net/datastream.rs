@@ -290,6 +290,17 @@ pub(crate) fn accept_data_streams(listener: TcpListener, tx: Sender<PendingStrea
     }
 }
 
+/// `LO-HI` or one `PORT`, as `--port-range` takes it (the client's option and `tern _remote`'s).
+pub fn parse_port_range(s: &str) -> Result<(u16, u16), String> {
+    let (a, b) = s.split_once('-').unwrap_or((s, s));
+    let lo: u16 = a.parse().map_err(|_| format!("bad port range '{s}'"))?;
+    let hi: u16 = b.parse().map_err(|_| format!("bad port range '{s}'"))?;
+    if lo > hi {
+        return Err(format!("bad port range '{s}'"));
+    }
+    Ok((lo, hi))
+}
+
 pub fn bind_range(range: Option<(u16, u16)>) -> std::io::Result<TcpListener> {
     let (lo, hi) = range.unwrap_or((0, 0));
     let mut last = None;

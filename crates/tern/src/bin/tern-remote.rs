@@ -34,13 +34,7 @@ fn main() -> ExitCode {
     };
     process::init_logging(0);
     process::raise_fd_limit();
-    match tern_engine::server::session::serve_remote(port_range, reverse_port) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("tern (remote): {e}");
-            ExitCode::from(1)
-        }
-    }
+    process::serve_remote(port_range, reverse_port)
 }
 
 type RemoteArgs = (Option<(u16, u16)>, Option<u16>);
@@ -52,11 +46,7 @@ fn parse_remote_args(args: &[String]) -> Result<RemoteArgs, String> {
     while let Some(flag) = it.next() {
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
-            "--port-range" => {
-                let (a, b) = value.split_once('-').unwrap_or((value, value));
-                let range = a.parse::<u16>().ok().zip(b.parse::<u16>().ok()).filter(|(lo, hi)| lo <= hi);
-                port_range = Some(range.ok_or_else(|| format!("bad port range '{value}'"))?);
-            }
+            "--port-range" => port_range = Some(tern_engine::net::datastream::parse_port_range(value)?),
             "--reverse-port" => reverse_port = Some(value.parse::<u16>().map_err(|_| format!("bad port '{value}'"))?),
             _ => return Err(format!("unknown argument '{flag}' (is the client a newer tern? it installs its own far side)")),
         }
