@@ -883,6 +883,7 @@ fn send_worker(mut conn: DataConn, work: Receiver<Work>, events: Sender<Event>, 
     let mut buf = vec![0u8; PREFIX + chunk_size as usize + TAG_LEN];
     let mut sealer = conn.sealer.take();
     let trailer = if sealer.is_some() { TAG_LEN } else { 0 };
+    let mut unsent = crate::net::transport::UnsentCap::new(conn.probe.as_ref());
     let mut out = BufWriter::with_capacity(256 << 10, &mut conn.stream);
     let mut seq = 0u64;
     let mut open: Option<(u64, PosixSourceFile)> = None;
@@ -989,6 +990,7 @@ fn send_worker(mut conn: DataConn, work: Receiver<Work>, events: Sender<Event>, 
         let frame = &buf[..end + trailer];
         let sent = out.write_all(frame);
         let sent_event = Event::Sent { id: w.id, chunk: w.chunk, hash, len: w.len, hash_only: false, resend: w.resend };
+        unsent.update();
         if let Err(e) = sent {
             broken(&log, &events, resets, conn.index, &e, Some((this, sent_event)));
             return;

@@ -269,15 +269,83 @@ pub fn tune_socket(sock: &TcpStream, bufsize: Option<usize>) {
     }
 }
 
+/// What a sending data stream's socket may hold unsent (`TCP_NOTSENT_LOWAT`): about what the
+/// stream sends in `UNSENT_TIME`, within these bounds. A stream that slows down (a loss on a long
+/// path halves its window, reno regrows it by one segment per round trip) then takes no more
+/// chunks than it can send soon, and the other streams carry the rest; without a cap, autotuning
+/// lets each socket queue up to `tcp_wmem`'s maximum (4 MiB untuned, 64 MiB and more on a tuned
+/// DTN) and the transfer ends only when the slowest stream has drained its queue. A fast stream
+/// keeps a large queue: the kernel wakes the writer when half of it has gone out, and the writer
+/// must read, hash and seal its next chunk before the rest is gone (a fixed 256 KiB cost 16 % on
+/// loopback). Measured: `bench/results/s13-unsent-68ms.md`.
+const MIN_UNSENT: u64 = 256 << 10;
+const MAX_UNSENT: u64 = 16 << 20;
+const UNSENT_TIME: Duration = Duration::from_millis(20);
+/// The stream's rate is measured over windows at least this long.
+const UNSENT_WINDOW: Duration = Duration::from_millis(100);
+
+/// Keeps a sending data stream's unsent bytes near what it sends in [`UNSENT_TIME`]; the sender
+/// calls [`UnsentCap::update`] after each frame. Without a socket (an in-process pair) it does
+/// nothing; a kernel without `TCP_NOTSENT_LOWAT` (before Linux 3.12) keeps its default.
+pub struct UnsentCap<'a> {
+    sock: Option<&'a TcpStream>,
+    since: std::time::Instant,
+    acked: u64,
+    cap: u64,
+}
+
+impl<'a> UnsentCap<'a> {
+    pub fn new(sock: Option<&'a TcpStream>) -> Self {
+        let mut c = Self { sock, since: std::time::Instant::now(), acked: 0, cap: 0 };
+        c.set(MAX_UNSENT);
+        c
+    }
+
+    pub fn update(&mut self) {
+        let Some(sock) = self.sock else { return };
+        let elapsed = self.since.elapsed();
+        if elapsed < UNSENT_WINDOW {
+            return;
+        }
+        let Some(acked) = bytes_acked(sock) else { return };
+        let rate = acked.saturating_sub(self.acked) as f64 / elapsed.as_secs_f64();
+        (self.since, self.acked) = (std::time::Instant::now(), acked);
+        let want = ((rate * UNSENT_TIME.as_secs_f64()) as u64).clamp(MIN_UNSENT, MAX_UNSENT);
+        // A quarter either way before it changes: the rate of a steady stream wobbles.
+        if want > self.cap + self.cap / 4 || want < self.cap - self.cap / 4 {
+            self.set(want);
+        }
+    }
+
+    fn set(&mut self, cap: u64) {
+        use std::os::fd::AsRawFd;
+        let Some(sock) = self.sock else { return };
+        self.cap = cap;
+        let v = cap as libc::c_int;
+        // SAFETY: a valid descriptor and a c_int option value of the size passed.
+        let _ = unsafe { libc::setsockopt(sock.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, (&v as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t) };
+    }
+}
+
+fn tcp_info(sock: &TcpStream) -> Option<libc::tcp_info> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: tcp_info is plain integers (zero is valid); getsockopt fills at most `len` bytes.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    let rc = unsafe { libc::getsockopt(sock.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, (&mut info as *mut libc::tcp_info).cast(), &mut len) };
+    (rc == 0).then_some(info)
+}
+
+/// Bytes the peer acknowledged on this socket.
+fn bytes_acked(sock: &TcpStream) -> Option<u64> {
+    tcp_info(sock).map(|i| i.tcpi_bytes_acked)
+}
+
 /// Bytes this socket has delivered (acknowledged by the peer when sending, received when
 /// receiving), from the kernel's `TCP_INFO`. Unlike bytes handed to `write`, this does not jump
 /// when new sockets add buffer space, so it is the honest signal for the stream ramp.
 pub fn delivered_bytes(sock: &TcpStream) -> Option<u64> {
-    use std::os::fd::AsRawFd;
-    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    let rc = unsafe { libc::getsockopt(sock.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, (&mut info as *mut libc::tcp_info).cast(), &mut len) };
-    (rc == 0).then(|| info.tcpi_bytes_acked + info.tcpi_bytes_received)
+    tcp_info(sock).map(|i| i.tcpi_bytes_acked + i.tcpi_bytes_received)
 }
 
 /// A sending socket's kernel counters (`TCP_INFO`): data segments sent, segments retransmitted,
@@ -310,12 +378,7 @@ impl std::ops::Add for TcpCounters {
 
 /// `sock`'s `TcpCounters`; None where the kernel does not say.
 pub fn tcp_counters(sock: &TcpStream) -> Option<TcpCounters> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: getsockopt fills at most `len` bytes of the zeroed struct it is given.
-    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    let rc = unsafe { libc::getsockopt(sock.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INFO, (&mut info as *mut libc::tcp_info).cast(), &mut len) };
-    (rc == 0).then(|| TcpCounters { data_segs_out: info.tcpi_data_segs_out.into(), retrans_segs: info.tcpi_total_retrans.into(), reord_seen: info.tcpi_reord_seen.into() })
+    tcp_info(sock).map(|i| TcpCounters { data_segs_out: i.tcpi_data_segs_out.into(), retrans_segs: i.tcpi_total_retrans.into(), reord_seen: i.tcpi_reord_seen.into() })
 }
 
 /// The two halves of a control channel, usable from two threads at once.
@@ -475,4 +538,45 @@ pub(crate) fn connect_any(addrs: &[std::net::SocketAddr]) -> std::io::Result<Tcp
         }
     }
     Err(last.unwrap_or_else(|| std::io::Error::other("no address")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    fn notsent_lowat(sock: &TcpStream) -> u32 {
+        use std::os::fd::AsRawFd;
+        let mut v: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: a valid descriptor and a c_int buffer of the size passed.
+        let rc = unsafe { libc::getsockopt(sock.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, (&mut v as *mut libc::c_int).cast(), &mut len) };
+        assert_eq!(rc, 0);
+        v as u32
+    }
+
+    #[test]
+    fn a_stream_that_sends_little_may_hold_little_unsent_and_a_fast_one_much() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut sock = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut peer, _) = listener.accept().unwrap();
+        let mut cap = UnsentCap::new(Some(&sock));
+        assert_eq!(notsent_lowat(&sock) as u64, MAX_UNSENT, "a new stream starts unhindered");
+        // Nothing sent for a window: the stream is slow, its queue shrinks to the floor.
+        std::thread::sleep(UNSENT_WINDOW);
+        cap.update();
+        assert_eq!(notsent_lowat(&sock) as u64, MIN_UNSENT);
+        // 64 MiB acknowledged (in well under the 4 s that would be too slow to matter): a deeper queue.
+        let reader = std::thread::spawn(move || std::io::copy(&mut peer, &mut std::io::sink()).unwrap());
+        let chunk = vec![7u8; 1 << 20];
+        for _ in 0..64 {
+            (&sock).write_all(&chunk).unwrap();
+        }
+        std::thread::sleep(UNSENT_WINDOW);
+        cap.update();
+        assert!(notsent_lowat(&sock) as u64 > MIN_UNSENT, "a fast stream keeps a deeper queue: {}", notsent_lowat(&sock));
+        sock.shutdown(Shutdown::Write).unwrap();
+        assert_eq!(reader.join().unwrap(), 64 << 20);
+        let _ = sock.flush();
+    }
 }
