@@ -140,6 +140,11 @@ impl Progress {
         (base.carried + (moved + skipped).min(total), base.carried + total)
     }
 
+    /// Whether any error was reported (kept or counted beyond the cap).
+    pub fn any_error(&self) -> bool {
+        !self.errors.lock().unwrap().is_empty() || Self::get(&self.errors_omitted) > 0
+    }
+
     pub fn error(&self, e: TransferError) {
         tracing::debug!("{e}");
         let mut errors = self.errors.lock().unwrap();

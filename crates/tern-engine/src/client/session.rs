@@ -195,7 +195,10 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
         Endpoint::Local(dest) => {
             // Local to local: the same engine, the receiver on threads of this process.
             let (c1, c2) = UnixStream::pair().map_err(local_err)?;
-            let n = options.streams;
+            // Both ends of every stream live in this process: under a tiny descriptor limit
+            // (`ulimit -n 32`) fewer streams leave the files their descriptors.
+            let n = options.streams.min((crate::driver::receiver::descriptor_limit() / 16).max(1) as u16);
+            options.streams = n;
             let mut mine = Vec::new();
             let mut theirs = Vec::new();
             for i in 0..n {
@@ -216,6 +219,8 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
                 filter: compile_filter(spec)?,
                 beneath: fence(&spec.fences.dst, Side::Destination)?,
                 allow_links_out: true,
+                // The local sender paces (`SenderParams::rate`).
+                rate: None,
             };
             let recv = crate::threads::spawn_or_refuse(Side::Destination, "tern-receive", move || {
                 Receiving::new().run(CtrlReader::new(server_half.reader), Arc::new(CtrlWriter::new(server_half.writer)), theirs, params)
@@ -739,7 +744,7 @@ fn accept_reverse(listener: &std::net::TcpListener, auth: &StreamAuth, n: u16) -
 
 fn run_local_role(run: ClientRun<'_>, options: Options, channel: Channel, streams: Streams, opener: Option<Opener>, push: bool, repair: Repairing) -> Result<Summary, TransferError> {
     let options = &options;
-    let ClientRun { spec, progress, .. } = run;
+    let ClientRun { spec, progress, rate, .. } = run;
     if push {
         run_sender(run, *options, channel, streams, opener, repair)
     } else {
@@ -761,6 +766,7 @@ fn run_local_role(run: ClientRun<'_>, options: Options, channel: Channel, stream
             filter: compile_filter(spec)?,
             beneath: fence(&spec.fences.dst, Side::Destination)?,
             allow_links_out: true,
+            rate: rate.clone(),
         };
         receiving.run(reader, writer, conns, params)
     }

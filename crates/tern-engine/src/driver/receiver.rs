@@ -61,7 +61,10 @@ pub fn window_held() -> usize {
 
 /// How many directory descriptors the receiver keeps open for reuse.
 pub fn dir_cache_size() -> usize {
-    (descriptor_limit() / 8).clamp(16, 512)
+    let limit = descriptor_limit();
+    // At least 16 where the limit allows it (deep trees reuse them); under a tiny limit (`ulimit
+    // -n 32`) a quarter of it, so the cache alone cannot take what the copy needs.
+    (limit / 8).clamp(16.min(limit / 4), 512)
 }
 
 /// Files in flight: what the client asked for (`--concurrency`), or [`WINDOW_FILES`].
@@ -98,6 +101,9 @@ pub struct ReceiverParams {
     /// Daemon mode: `tern serve --allow-links-out` (links whose targets may resolve outside the
     /// root are created as they are instead of refused).
     pub allow_links_out: bool,
+    /// `--bwlimit` on a pull: the streams are read no faster, and TCP's flow control holds the
+    /// remote sender (any version) to it.
+    pub rate: Option<Arc<crate::net::ratelimit::RateLimit>>,
 }
 
 /// A file being written, shared with the stream workers and the finalizer: its partial file in
@@ -271,8 +277,8 @@ impl Receiving {
         let chunk_size = p.options.chunk_size;
         let spawn_worker = |conn: DataConn, closers: &mut Vec<crate::net::transport::Closer>| {
             closers.push(conn.closer.clone());
-            let (s, ev, end) = (sinks.clone(), events.clone(), ending.clone());
-            crate::threads::spawn_or_refuse(Side::Destination, "tern-recv", move || recv_worker(conn, s, ev, chunk_size, end, resets))?;
+            let (s, ev, end, rate) = (sinks.clone(), events.clone(), ending.clone(), p.rate.clone());
+            crate::threads::spawn_or_refuse(Side::Destination, "tern-recv", move || recv_worker(conn, s, ev, chunk_size, end, resets, rate))?;
             p.progress.streams.fetch_add(1, Relaxed);
             Ok::<_, TransferError>(())
         };
@@ -416,7 +422,12 @@ fn await_bye(ctx: &mut Ctx, rx: &Receiver<Event>) -> Result<Summary, TransferErr
     while let Some(left) = deadline.checked_duration_since(Instant::now()) {
         match rx.recv_timeout(left) {
             Ok(Event::Ctrl(Control::Bye)) => {
+                // Only a copy that completed drops the marker: after any error (a file that
+                // failed, a special file or a link left out with an error, a directory that could
+                // not be made) the same command again resumes here, never into a nested copy.
                 if ctx.summary.files_failed == 0
+                    && !ctx.source_errors
+                    && !ctx.p.progress.any_error()
                     && let Some(m) = ctx.layout.as_ref().and_then(|l| l.marker.as_ref())
                     && let Some(Ok(dir)) = ctx.root.as_ref().map(|r| r.dir(b""))
                 {
@@ -1048,7 +1059,15 @@ fn posix_sink(ctx: &Ctx) -> Arc<PosixSink> {
 /// One data stream: read chunk frames, verify, write. Exits at end of stream.
 /// `resets`: a record that fails authentication (or a malformed frame header) resets this stream
 /// instead of failing the session.
-fn recv_worker(mut conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_size: u32, ending: Arc<std::sync::atomic::AtomicBool>, resets: bool) {
+fn recv_worker(
+    mut conn: DataConn,
+    sinks: Sinks,
+    events: Sender<Event>,
+    chunk_size: u32,
+    ending: Arc<std::sync::atomic::AtomicBool>,
+    resets: bool,
+    rate: Option<Arc<crate::net::ratelimit::RateLimit>>,
+) {
     let index = conn.index;
     let tag_key = conn.tag_key;
     let mut sealer = conn.sealer.take();
@@ -1096,6 +1115,9 @@ fn recv_worker(mut conn: DataConn, sinks: Sinks, events: Sender<Event>, chunk_si
         let body = &mut buf[..ChunkHeader::LEN + len + trailer];
         if let Err(e) = r.read_exact(body) {
             return fail(err_text(&e));
+        }
+        if let Some(rate) = &rate {
+            rate.take(len);
         }
         if let Some(s) = sealer.as_mut()
             && !s.open(&head, body)

@@ -247,6 +247,8 @@ pub fn serve_session(halves: ControlHalves, streams: Receiver<PendingStream>, se
                 filter,
                 beneath,
                 allow_links_out: daemon.is_some_and(|d| d.allow_links_out),
+                // A pushing client paces what it sends.
+                rate: None,
             };
             receiving.run(reader, writer, conns, params)
         }

@@ -103,6 +103,14 @@ pub(crate) fn decide(beneath: Option<&Beneath>, dest: &Path, contents: bool, mul
             Ok(Layout { root: dest.to_path_buf(), mapping: Mapping::Identity, marker: None, mirror: false, created_root: false })
         }
         Some(false) if is_dir => Err(fatal(format!("{show} is a file, but the source is a directory; choose a directory path"))),
+        // `file host:new/`: the slash says a directory was meant; make it and put the file
+        // in it (as rsync does; cp refuses), never a file named `new`.
+        None if dest.as_os_str().as_bytes().ends_with(b"/") => {
+            if !dry_run {
+                mkdir(beneath, dest).map_err(|e| mkdir_fatal(dest, &e))?;
+            }
+            Ok(Layout { root: dest.to_path_buf(), mapping: Mapping::Identity, marker: None, mirror: false, created_root: !dry_run })
+        }
         Some(false) | None if !is_dir => {
             let parent = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
             let name = dest.file_name().ok_or_else(|| fatal(format!("{show} has no file name")))?;
@@ -193,6 +201,13 @@ mod tests {
         fs::write(t.path().join("file"), b"x").unwrap();
         let e = decide(None, &t.path().join("file"), false, false, &entry(b"src", EntryKind::Dir), false).unwrap_err();
         assert!(e.to_string().contains("is a file, but the source is a directory"), "{e}");
+        // A single file to `new/` (a trailing slash): the directory is made, the file goes in.
+        let slashed = PathBuf::from(format!("{}/", t.path().join("new").display()));
+        let l5 = decide(None, &slashed, false, false, &entry(b"f.txt", EntryKind::File), false).unwrap();
+        assert!(t.path().join("new").is_dir());
+        assert_eq!(l5.map(b"f.txt"), Some(b"f.txt".to_vec()));
+        let e = decide(None, &PathBuf::from(format!("{}/", t.path().join("file").display())), false, false, &entry(b"f.txt", EntryKind::File), false).unwrap_err();
+        assert!(e.to_string().contains("a file stands where a directory is needed"), "{e}");
     }
 
     #[test]
