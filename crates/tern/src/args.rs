@@ -80,6 +80,11 @@ pub(crate) struct CpArgs {
     /// Copy directories recursively.
     #[arg(short, long)]
     pub(crate) recursive: bool,
+    /// Compare content hashes instead of size and mtime before skipping a file the destination
+    /// already has (rsync -c; reads both sides). Without it, a file of the same size and mtime
+    /// is taken as already copied (what lets a re-run resume).
+    #[arg(short = 'c', long)]
+    pub(crate) checksum: bool,
     /// Sources, then the destination.
     #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
     pub(crate) paths: Vec<String>,

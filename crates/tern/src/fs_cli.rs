@@ -133,7 +133,7 @@ pub(crate) fn ask(endpoint: &str, c: &ConnArgs, op: FsOp, flags: u8) -> Result<V
         2
     })?;
     tern_engine::client::remote_fs::request(&spec(&ep, c), &ep, op, flags).map_err(|e| {
-        eprintln!("tern: {e}");
+        eprintln!("tern: {}", crate::output::printable(&e.to_string()));
         1
     })
 }
@@ -144,13 +144,20 @@ pub(crate) fn ls(a: LsArgs) -> anyhow::Result<ExitCode> {
         Ok(e) => e,
         Err(code) => return Ok(ExitCode::from(code)),
     };
+    // On a terminal names are shown with control characters escaped (as GNU ls does): a name
+    // from the far side must not drive the terminal. Piped, they stay raw bytes (--json escapes).
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
     let mut out = Vec::new();
     for e in &entries {
         if a.json {
             out.extend(serde_json::to_vec(&json(e))?);
             out.push(b'\n');
         } else if a.long {
-            out.extend(long_line(e).into_bytes());
+            let line = long_line(e);
+            out.extend(if tty { format!("{}\n", crate::output::printable(line.trim_end_matches('\n'))) } else { line }.into_bytes());
+        } else if tty {
+            out.extend(crate::output::printable(&String::from_utf8_lossy(&e.name)).as_bytes());
+            out.push(b'\n');
         } else {
             out.extend(&e.name);
             out.push(b'\n');
@@ -170,13 +177,13 @@ pub(crate) fn stat(a: StatArgs) -> anyhow::Result<ExitCode> {
             out.push_str(&serde_json::to_string(&json(e))?);
             out.push('\n');
         } else {
-            out.push_str(&format!("  Name: {}\n", String::from_utf8_lossy(&e.name)));
+            out.push_str(&format!("  Name: {}\n", crate::output::printable(&String::from_utf8_lossy(&e.name))));
             out.push_str(&format!("  Type: {}\n", e.kind.as_str()));
             out.push_str(&format!("  Size: {}\n", e.size));
             out.push_str(&format!("  Mode: {:04o} ({})\n", e.mode & 0o7777, mode_string(e)));
             out.push_str(&format!("Modify: {}.{:09}\n", local_time(e.mtime_s, true), e.mtime_ns));
             if e.kind == FsKind::Symlink {
-                out.push_str(&format!("Target: {}\n", String::from_utf8_lossy(&e.target)));
+                out.push_str(&format!("Target: {}\n", crate::output::printable(&String::from_utf8_lossy(&e.target))));
             }
         }
     }

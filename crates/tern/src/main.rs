@@ -37,7 +37,7 @@ fn main() -> ExitCode {
     match run::run(args) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("tern: {e}");
+            eprintln!("tern: {}", output::printable(&e.to_string()));
             ExitCode::from(2)
         }
     }

@@ -13,6 +13,28 @@ use tern_engine::error::TransferError;
 use tern_engine::progress::Progress;
 use tern_proto::msg::Summary;
 
+/// `s` with control characters escaped (`\n`, `\t`, `\r`, `\x1b`, `\u{9b}`...): file names
+/// come from the far side, and a name holding terminal escapes must not clear the user's screen,
+/// retitle the window or overwrite an earlier line (as scp's CVE-2019-6109 fix and rsync's
+/// `\#ooo` escaping do).
+pub(crate) fn printable(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x80 && c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Decimal units everywhere (live display, summary, `tern status`, dashboard): sizes in kB, MB,
 /// GB, TB as disks and networks are sold, rates in MB/s with Gb/s beside them where a network
 /// rate is the question.
@@ -203,14 +225,14 @@ pub(crate) fn report(p: &Progress, result: Result<Summary, TransferError>, secon
         let stderr = std::io::stderr();
         let mut err = stderr.lock();
         for e in errors.iter().take(20) {
-            let _ = writeln!(err, "tern: {e}");
+            let _ = writeln!(err, "tern: {}", printable(&e.to_string()));
         }
         let more = errors.len().saturating_sub(20) as u64 + Progress::get(&p.errors_omitted);
         if more > 0 {
             let _ = writeln!(err, "tern: ... and {more} more errors");
         }
         if let Err(e) = &result {
-            let _ = writeln!(err, "tern: {e}");
+            let _ = writeln!(err, "tern: {}", printable(&e.to_string()));
         }
     }
     if as_json {
@@ -261,4 +283,16 @@ pub(crate) fn report(p: &Progress, result: Result<Summary, TransferError>, secon
         }
     }
     if ok { ExitCode::SUCCESS } else { ExitCode::from(1) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable;
+
+    #[test]
+    fn control_characters_are_shown_escaped_and_the_rest_as_is() {
+        assert_eq!(printable("plain/ünïcode name.h5"), "plain/ünïcode name.h5");
+        assert_eq!(printable("x\u{1b}[2J\u{1b}]0;pwned\u{7}\rfake\nline\tt\u{9b}"), "x\\x1b[2J\\x1b]0;pwned\\x07\\rfake\\nline\\tt\\u{9b}");
+        assert!(!printable("a\u{7f}b").contains('\u{7f}'));
+    }
 }

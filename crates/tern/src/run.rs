@@ -19,7 +19,7 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode> {
                 bail!("-P is rsync's --partial --progress here, so '{port}' was read as a source; for scp's -P {port} write scp://[user@]host:{port}/path or -e 'ssh -p {port}'");
             }
             let (dst, srcs) = a.paths.split_last().unwrap();
-            transfer(srcs, dst, a.recursive || a.common.compat.archive, false, false, Delete::default(), &a.common)
+            transfer(srcs, dst, a.recursive || a.common.compat.archive, false, a.checksum, Delete::default(), &a.common)
         }
         Command::Sync(a) => transfer(std::slice::from_ref(&a.src), &a.dst, true, true, a.checksum, Delete { extras: a.delete, from_empty: a.delete_empty_source }, &a.common),
         Command::Serve(a) => crate::serve::serve(a),

@@ -77,7 +77,7 @@ pub(crate) fn transfer(srcs: &[String], dst: &str, recursive: bool, sync: bool, 
     }
     if !c.quiet {
         for n in progress.notices.lock().unwrap().iter() {
-            eprintln!("tern: {n}");
+            eprintln!("tern: {}", crate::output::printable(n));
         }
         if let Some(expected) = tested {
             let rate = Progress::get(&progress.bytes) as f64 * 8.0 / seconds / 1e9;
@@ -91,7 +91,8 @@ pub(crate) fn transfer(srcs: &[String], dst: &str, recursive: bool, sync: bool, 
 /// JSON), above the live display.
 fn list_files_as_they_land(progress: &Progress, bar: Option<indicatif::ProgressBar>, stdout_is_json: bool) {
     let _ = progress.on_landed.set(Box::new(move |rel: &[u8]| {
-        let line = String::from_utf8_lossy(rel);
+        let name = String::from_utf8_lossy(rel);
+        let line = crate::output::printable(&name);
         let print = || {
             use std::io::Write;
             let _ = if stdout_is_json { writeln!(std::io::stderr().lock(), "{line}") } else { writeln!(std::io::stdout().lock(), "{line}") };

@@ -330,3 +330,48 @@ fn a_directory_is_not_copied_into_itself() {
     assert!(r.ok(), "{}", r.stderr());
     assert_same_tree(&w.join("src"), &w.join("src-copy"));
 }
+
+/// `cp FILE DIR/new/`: the trailing slash names a directory, so it is made and the file goes in
+/// (as rsync does), never a file named `new`.
+#[test]
+fn a_trailing_slash_on_a_new_destination_makes_a_directory() {
+    let t = scratch();
+    write_file(&t.path().join("f"), 3, 5000);
+    let dst = format!("{}/new/", t.path().display());
+    let r = tern(&["cp", t.path().join("f").to_str().unwrap(), &dst], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_eq!(fs::read(t.path().join("new/f")).unwrap(), data(3, 5000));
+}
+
+/// A name holding terminal escapes (from the far side, or a tree someone else made) is shown
+/// escaped in the error lines: it must not clear the screen or overwrite an earlier line.
+#[test]
+fn control_characters_in_names_are_escaped_in_messages() {
+    let t = scratch();
+    let src = t.path().join("src");
+    write_file(&src.join("ok"), 1, 10);
+    assert!(std::process::Command::new("mkfifo").arg(src.join("x\x1b[2J\rfake")).status().unwrap().success());
+    let r = tern(&["cp", "-r", src.to_str().unwrap(), t.path().join("dst").to_str().unwrap()], &[]);
+    assert!(!r.ok());
+    let err = r.stderr();
+    assert!(!err.contains('\x1b') && !err.contains('\r'), "raw control characters reached the terminal: {err:?}");
+    assert!(err.contains("x\\x1b[2J\\rfake"), "{err}");
+}
+
+/// `cp -c` (rsync's --checksum): a destination file of the same size and mtime but other
+/// content is replaced; without it, it is taken as already copied (what a re-run relies on).
+#[test]
+fn cp_checksum_replaces_a_same_size_same_mtime_file_with_other_content() {
+    let t = scratch();
+    write_file(&t.path().join("f"), 1, 4096);
+    write_file(&t.path().join("g"), 2, 4096);
+    let mtime = fs::metadata(t.path().join("f")).unwrap().modified().unwrap();
+    fs::File::options().write(true).open(t.path().join("g")).unwrap().set_modified(mtime).unwrap();
+    let (f, g) = (t.path().join("f"), t.path().join("g"));
+    let r = tern(&["cp", f.to_str().unwrap(), g.to_str().unwrap()], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_eq!(fs::read(&g).unwrap(), data(2, 4096), "size and mtime alone: taken as copied");
+    let r = tern(&["cp", "-c", f.to_str().unwrap(), g.to_str().unwrap()], &[]);
+    assert!(r.ok(), "{}", r.stderr());
+    assert_eq!(fs::read(&g).unwrap(), data(1, 4096), "--checksum compares content");
+}
