@@ -463,3 +463,33 @@ fn running_out_of_threads_is_one_clear_line_never_a_panic_or_a_hang() {
     // A copy needs far more than 4 threads: at least that limit must have been met.
     assert!(refused > 0, "no limit was low enough to refuse a thread");
 }
+
+/// A read-only destination directory (a read-only bind mount here; `chattr +i` alike) is named
+/// for what it is: the temporary cannot be created. It used to read "cannot remove stale
+/// temporary", for a temporary that was never there. Needs root (skipped without).
+#[test]
+fn a_read_only_destination_directory_is_named_as_such() {
+    let t = scratch();
+    write_file(&t.path().join("src/ok"), 1, 100);
+    write_file(&t.path().join("src/sub/x"), 2, 100);
+    let ro = t.path().join("dst/sub");
+    fs::create_dir_all(&ro).unwrap();
+    let mount = |args: &[&str]| Command::new("mount").args(args).stderr(std::process::Stdio::null()).status().is_ok_and(|s| s.success());
+    if !mount(&["--bind", ro.to_str().unwrap(), ro.to_str().unwrap()]) {
+        return;
+    }
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _guard = Unmount(ro.clone());
+    assert!(mount(&["-o", "remount,ro,bind", ro.to_str().unwrap()]));
+    let r = tern(&["cp", "-r", &format!("{}/.", t.path().join("src").display()), t.path().join("dst").to_str().unwrap()], &[]);
+    assert!(!r.ok());
+    let err = r.stderr();
+    assert!(err.contains("sub/x") && err.contains("cannot create temporary file") && err.contains("Read-only"), "{err}");
+    assert!(!err.contains("stale temporary"), "{err}");
+    assert_eq!(fs::read(t.path().join("dst/ok")).unwrap(), data(1, 100), "the rest is copied");
+}

@@ -151,9 +151,13 @@ pub fn rename_at(dir: &impl AsFd, from: &[u8], to: &[u8]) -> io::Result<()> {
     Ok(rfs::renameat(dir, from, dir, to)?)
 }
 
+/// Removes `name` if it is there. A read-only mount or an immutable directory refuses even to
+/// remove what is not there (EROFS, EPERM): that is no error, so what the caller does next
+/// (create a file) reports the real trouble.
 pub fn unlink_at(dir: &impl AsFd, name: &[u8]) -> io::Result<()> {
     match rfs::unlinkat(dir, name, AtFlags::empty()) {
         Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+        Err(_) if matches!(stat_at(dir, name), Ok(None)) => Ok(()),
         Err(e) => Err(e.into()),
     }
 }
