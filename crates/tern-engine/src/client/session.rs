@@ -195,9 +195,7 @@ fn attempt(spec: &ClientSpec, progress: &Arc<Progress>, memory: &Arc<Mutex<SendM
         Endpoint::Local(dest) => {
             // Local to local: the same engine, the receiver on threads of this process.
             let (c1, c2) = UnixStream::pair().map_err(local_err)?;
-            // Both ends of every stream live in this process: under a tiny descriptor limit
-            // (`ulimit -n 32`) fewer streams leave the files their descriptors.
-            let n = options.streams.min((crate::driver::receiver::descriptor_limit() / 16).max(1) as u16);
+            let n = local_streams(options.streams, crate::driver::receiver::descriptor_limit());
             options.streams = n;
             let mut mine = Vec::new();
             let mut theirs = Vec::new();
@@ -384,6 +382,12 @@ impl ControlSession {
             None => e,
         }
     }
+}
+
+/// A local copy's streams: both ends of every one live in this process, so under a tiny
+/// descriptor limit (`ulimit -n 32`) fewer leave the files their descriptors (one per 16).
+fn local_streams(asked: u16, descriptor_limit: usize) -> u16 {
+    asked.min((descriptor_limit / 16).clamp(1, u16::MAX as usize) as u16)
 }
 
 /// Without `--streams`: a short path needs few streams to fill (one TCP stream carries tens of
@@ -1091,6 +1095,16 @@ pub fn hex(b: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_local_copy_opens_fewer_streams_only_under_a_tiny_descriptor_limit() {
+        assert_eq!(local_streams(4, 20_000), 4);
+        assert_eq!(local_streams(4, 32), 2);
+        assert_eq!(local_streams(4, 8), 1);
+        // A million descriptors (a common hard limit, raised to at start): never zero streams.
+        assert_eq!(local_streams(4, 1 << 20), 4);
+        assert_eq!(local_streams(4, 1 << 24), 4);
+    }
 
     fn listen() -> (String, crossbeam_channel::Receiver<crate::net::datastream::PendingStream>) {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -426,7 +426,6 @@ fn await_bye(ctx: &mut Ctx, rx: &Receiver<Event>) -> Result<Summary, TransferErr
                 // failed, a special file or a link left out with an error, a directory that could
                 // not be made) the same command again resumes here, never into a nested copy.
                 if ctx.summary.files_failed == 0
-                    && !ctx.source_errors
                     && !ctx.p.progress.any_error()
                     && let Some(m) = ctx.layout.as_ref().and_then(|l| l.marker.as_ref())
                     && let Some(Ok(dir)) = ctx.root.as_ref().map(|r| r.dir(b""))
